@@ -1,0 +1,74 @@
+// Queue metrics on a registry the caller owns (never prom-client's global one).
+
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { OutcomeKind } from './outcome.ts';
+import { jobStates, type JobState } from './work-queue.ts';
+
+export interface QueueMetricsOptions {
+  /** Registry to register the metrics on. */
+  registry: Registry;
+  /** Source of queue depth, read on every scrape. Usually `() => workQueue.counts()`. */
+  depth?: () => Promise<Record<JobState, number>>;
+}
+
+export class QueueMetrics {
+  private readonly adds: Counter<'function'>;
+  private readonly coalescedAdds: Counter<'function'>;
+  private readonly runs: Counter<'function' | 'outcome'>;
+  private readonly retries: Counter<'function'>;
+  private readonly duration: Histogram<'function'>;
+
+  constructor(opts: QueueMetricsOptions) {
+    const registers = [opts.registry];
+    this.adds = new Counter({ name: 'rollcall_queue_adds_total', help: 'Keys enqueued', labelNames: ['function'], registers });
+    this.coalescedAdds = new Counter({
+      name: 'rollcall_queue_coalesced_adds_total',
+      help: 'Enqueues that joined a pending run of the same key instead of adding one',
+      labelNames: ['function'],
+      registers,
+    });
+    this.runs = new Counter({
+      name: 'rollcall_queue_runs_total',
+      help: 'Handler runs by outcome (done, requeueAfter, retry, terminal, throttled, conflict)',
+      labelNames: ['function', 'outcome'],
+      registers,
+    });
+    this.retries = new Counter({
+      name: 'rollcall_queue_retries_total',
+      help: 'Runs scheduled again after a retryable error (with backoff)',
+      labelNames: ['function'],
+      registers,
+    });
+    this.duration = new Histogram({
+      name: 'rollcall_queue_run_duration_seconds',
+      help: 'Handler run time',
+      labelNames: ['function'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    });
+    const depth = opts.depth;
+    if (depth) {
+      new Gauge({
+        name: 'rollcall_queue_depth',
+        help: 'Jobs in the queue by state',
+        labelNames: ['state'],
+        registers,
+        async collect() {
+          const counts = await depth();
+          for (const state of jobStates) this.set({ state }, counts[state]);
+        },
+      });
+    }
+  }
+
+  enqueued(fn: string, coalesced: boolean): void {
+    this.adds.inc({ function: fn });
+    if (coalesced) this.coalescedAdds.inc({ function: fn });
+  }
+
+  ran(fn: string, outcome: OutcomeKind, seconds: number): void {
+    this.runs.inc({ function: fn, outcome });
+    this.duration.observe({ function: fn }, seconds);
+    if (outcome === 'retry') this.retries.inc({ function: fn });
+  }
+}
