@@ -16,7 +16,11 @@ const generation = z.int().min(0);
 export const conditionSchema = z.object({
   type: z.string().min(1).max(316),
   status: z.enum(["True", "False", "Unknown"]),
-  reason: z.string().min(1).max(1024),
+  reason: z
+    .string()
+    .min(1)
+    .max(1024)
+    .regex(/^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$/),
   message: z.string().max(32768),
   lastTransitionTime: z.string(),
   observedGeneration: generation.optional(),
