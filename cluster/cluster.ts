@@ -1,0 +1,360 @@
+// Starts and stops the local control plane: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kwok with one fake node, all on loopback with free ports.
+import { spawn, spawnSync } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { request } from 'node:https';
+import { request as httpRequest } from 'node:http';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parse as parseYaml, stringify as toYaml } from 'yaml';
+import { ensureBinaries, kubernetesVersion, type Binaries } from './build.ts';
+import { localDir } from './paths.ts';
+import { ensurePki, tokenFor, type Pki } from './pki.ts';
+import { freePort } from './ports.ts';
+
+type Log = (line: string) => void;
+
+const components = ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kwok'] as const;
+type Component = (typeof components)[number];
+
+/** What `up` records so that `down`, `status` and `kubectl` find the running cluster. */
+export interface ClusterState {
+  dir: string;
+  kubeconfig: string;
+  server: string;
+  binaries: Binaries;
+  ports: { etcd: number; etcdPeer: number; apiserver: number; controllerManager: number; scheduler: number; kwok: number };
+  pids: Partial<Record<Component, number>>;
+}
+
+export const fakeNodeName = 'kwok-node-0';
+
+const stateFile = (dir: string) => join(dir, 'state.json');
+
+export function readState(dir = localDir): ClusterState | undefined {
+  try {
+    return JSON.parse(readFileSync(stateFile(dir), 'utf8')) as ClusterState;
+  } catch {
+    return undefined;
+  }
+}
+
+function alive(pid: number | undefined): boolean {
+  if (!pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Starts the cluster and returns its state; on a running, healthy cluster it only returns the state. */
+export async function up(dir = localDir, log: Log = console.error): Promise<ClusterState> {
+  const existing = readState(dir);
+  if (existing && components.every((c) => alive(existing.pids[c])) && (await healthy(existing))) {
+    log(`cluster already running: ${existing.server} (kubeconfig ${existing.kubeconfig})`);
+    return existing;
+  }
+  if (existing) await down(dir, () => {});
+
+  const binaries = await ensureBinaries(log);
+  const pki = ensurePki(join(dir, 'pki'));
+  mkdirSync(join(dir, 'logs'), { recursive: true });
+  rmSync(join(dir, 'etcd'), { recursive: true, force: true });
+
+  const ports = {
+    etcd: await freePort(),
+    etcdPeer: await freePort(),
+    apiserver: await freePort(),
+    controllerManager: await freePort(),
+    scheduler: await freePort(),
+    kwok: await freePort(),
+  };
+  const server = `https://127.0.0.1:${ports.apiserver}`;
+  const state: ClusterState = { dir, kubeconfig: join(dir, 'kubeconfig'), server, binaries, ports, pids: {} };
+  const save = () => writeFileSync(stateFile(dir), JSON.stringify(state, null, 2));
+
+  const start = (name: Component, binary: string, args: string[]) => {
+    state.pids[name] = daemon(binary, args, join(dir, 'logs', `${name}.log`));
+    save();
+  };
+
+  try {
+    log(`starting etcd on 127.0.0.1:${ports.etcd}`);
+    const etcdUrl = `http://127.0.0.1:${ports.etcd}`;
+    const peerUrl = `http://127.0.0.1:${ports.etcdPeer}`;
+    start('etcd', binaries.kube, [
+      'etcd',
+      '--name=local',
+      `--data-dir=${join(dir, 'etcd')}`,
+      `--listen-client-urls=${etcdUrl}`,
+      `--advertise-client-urls=${etcdUrl}`,
+      `--listen-peer-urls=${peerUrl}`,
+      `--initial-advertise-peer-urls=${peerUrl}`,
+      `--initial-cluster=local=${peerUrl}`,
+      '--unsafe-no-fsync', // a disposable cluster: speed over durability
+      '--log-level=warn',
+    ]);
+    await waitFor('etcd', () => httpOk(`${etcdUrl}/health`), state);
+
+    log(`starting kube-apiserver ${kubernetesVersion} on ${server}`);
+    start('kube-apiserver', binaries.kube, [
+      'kube-apiserver',
+      `--etcd-servers=${etcdUrl}`,
+      '--bind-address=127.0.0.1',
+      '--advertise-address=127.0.0.1',
+      `--secure-port=${ports.apiserver}`,
+      `--cert-dir=${pki.dir}`,
+      `--tls-cert-file=${pki.servingCert}`,
+      `--tls-private-key-file=${pki.servingKey}`,
+      `--client-ca-file=${pki.caCert}`,
+      `--token-auth-file=${pki.tokenFile}`,
+      '--authorization-mode=RBAC',
+      '--service-cluster-ip-range=10.0.0.0/24',
+      `--service-account-issuer=${server}`,
+      `--service-account-key-file=${pki.serviceAccountPub}`,
+      `--service-account-signing-key-file=${pki.serviceAccountKey}`,
+      '--allow-privileged=true',
+      // Pods need no token volumes on fake nodes; this also spares waiting for default SAs.
+      '--disable-admission-plugins=ServiceAccount',
+      '--profiling=false',
+    ]);
+    await waitFor('kube-apiserver', () => apiOk(state, pki, '/readyz'), state, 120_000);
+
+    const kubeconfigFor = (user: string, file: string) => {
+      writeFileSync(file, kubeconfig(server, pki, user), { mode: 0o600 });
+      return file;
+    };
+    kubeconfigFor('admin', state.kubeconfig);
+
+    log('starting kube-controller-manager, kube-scheduler and kwok');
+    start('kube-controller-manager', binaries.kube, [
+      'kube-controller-manager',
+      `--kubeconfig=${kubeconfigFor('kube-controller-manager', join(pki.dir, 'controller-manager.kubeconfig'))}`,
+      '--bind-address=127.0.0.1',
+      `--secure-port=${ports.controllerManager}`,
+      `--service-account-private-key-file=${pki.serviceAccountKey}`,
+      `--root-ca-file=${pki.caCert}`,
+      '--controllers=*',
+      '--leader-elect=false',
+    ]);
+    start('kube-scheduler', binaries.kube, [
+      'kube-scheduler',
+      `--kubeconfig=${kubeconfigFor('kube-scheduler', join(pki.dir, 'scheduler.kubeconfig'))}`,
+      '--bind-address=127.0.0.1',
+      `--secure-port=${ports.scheduler}`,
+      '--leader-elect=false',
+    ]);
+    start('kwok', binaries.kwok, [
+      `--kubeconfig=${kubeconfigFor('kwok', join(pki.dir, 'kwok.kubeconfig'))}`,
+      '--manage-all-nodes=true',
+      `--server-address=127.0.0.1:${ports.kwok}`,
+      ...writeKwokStages(binaries, dir).map((f) => `--config=${f}`),
+    ]);
+
+    kubectl(state, ['apply', '-f', '-'], toYaml(fakeNode()));
+    await waitFor('the default namespace', () => kubectlOk(state, ['get', 'namespace', 'default']), state);
+    await waitFor(`node ${fakeNodeName} to be Ready`, () => nodeReady(state), state);
+    log(`cluster ready: ${server}, kubeconfig ${state.kubeconfig}`);
+    return state;
+  } catch (err) {
+    await down(dir, () => {});
+    throw err;
+  }
+}
+
+/** Stops every process of the cluster (TERM, then KILL after 10 s) and removes its data. */
+export async function down(dir = localDir, log: Log = console.error): Promise<void> {
+  const state = readState(dir);
+  if (!state) {
+    log('no local cluster is running');
+    return;
+  }
+  // Stop in reverse start order so that clients go before the servers they talk to.
+  const pids = [...components].reverse().map((c) => state.pids[c]).filter((p): p is number => alive(p));
+  for (const pid of pids) signal(pid, 'SIGTERM');
+  const deadline = Date.now() + 10_000;
+  while (pids.some(alive) && Date.now() < deadline) await sleep(100);
+  for (const pid of pids.filter(alive)) signal(pid, 'SIGKILL');
+  while (pids.some(alive)) await sleep(50);
+  rmSync(stateFile(dir), { force: true });
+  rmSync(join(dir, 'etcd'), { recursive: true, force: true });
+  log(`cluster stopped (${pids.length} processes)`);
+}
+
+export interface ClusterStatus {
+  running: boolean;
+  healthy: boolean;
+  server?: string;
+  kubeconfig?: string;
+  components: { name: Component; pid?: number; alive: boolean }[];
+}
+
+export async function status(dir = localDir): Promise<ClusterStatus> {
+  const state = readState(dir);
+  if (!state) return { running: false, healthy: false, components: [] };
+  const list = components.map((name) => ({ name, pid: state.pids[name], alive: alive(state.pids[name]) }));
+  return {
+    running: list.some((c) => c.alive),
+    healthy: list.every((c) => c.alive) && (await healthy(state)),
+    server: state.server,
+    kubeconfig: state.kubeconfig,
+    components: list,
+  };
+}
+
+/** Runs the built kubectl against the cluster; returns its output or throws with stderr. */
+export function kubectl(state: ClusterState, args: string[], input?: string): string {
+  const out = spawnSync(state.binaries.kube, ['kubectl', `--kubeconfig=${state.kubeconfig}`, ...args], {
+    input,
+    encoding: 'utf8',
+  });
+  if (out.status !== 0) throw new Error(`kubectl ${args.join(' ')} failed: ${out.stderr || out.error?.message}`);
+  return out.stdout;
+}
+
+function kubectlOk(state: ClusterState, args: string[]): boolean {
+  try {
+    kubectl(state, args);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function nodeReady(state: ClusterState): boolean {
+  try {
+    const out = kubectl(state, ['get', 'node', fakeNodeName, '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].status}']);
+    return out.trim() === 'True';
+  } catch {
+    return false;
+  }
+}
+
+async function healthy(state: ClusterState): Promise<boolean> {
+  try {
+    const pki = ensurePki(join(state.dir, 'pki'));
+    return await apiOk(state, pki, '/readyz');
+  } catch {
+    return false;
+  }
+}
+
+/** A fake node for kwok. kwok fills in its status and keeps it Ready; pods scheduled here get Ready from kwok's stages. */
+function fakeNode() {
+  return {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      name: fakeNodeName,
+      annotations: { 'kwok.x-k8s.io/node': 'fake', 'node.alpha.kubernetes.io/ttl': '0' },
+      labels: { type: 'kwok', 'kubernetes.io/hostname': fakeNodeName, 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64' },
+    },
+    status: {
+      allocatable: { cpu: '64', memory: '256Gi', pods: '20000' },
+      capacity: { cpu: '64', memory: '256Gi', pods: '20000' },
+    },
+  };
+}
+
+/**
+ * The stages kwok plays: node-initialize and node heartbeat, pod-ready and pod-delete, read
+ * from kwok's own module. pod-ready skips pods whose image is `sim://never-ready`, so a
+ * PolicyServer with that image gets pods that never become Ready.
+ */
+function writeKwokStages(binaries: Binaries, dir: string): string[] {
+  const sources = [
+    ['node', 'fast', 'node-initialize.yaml'],
+    ['node', 'heartbeat-with-lease', 'node-heartbeat-with-lease.yaml'],
+    ['pod', 'fast', 'pod-ready.yaml'],
+    ['pod', 'fast', 'pod-delete.yaml'],
+  ];
+  mkdirSync(join(dir, 'kwok'), { recursive: true });
+  return sources.map((parts) => {
+    const stage = parseYaml(readFileSync(join(binaries.kwokStageDir, ...parts), 'utf8')) as {
+      metadata: { name: string };
+      spec: { selector: { matchExpressions: unknown[] } };
+    };
+    if (stage.metadata.name === 'pod-ready') {
+      stage.spec.selector.matchExpressions.push({ key: '.spec.containers.[].image', operator: 'NotIn', values: ['sim://never-ready'] });
+    }
+    const file = join(dir, 'kwok', parts[parts.length - 1]!);
+    writeFileSync(file, toYaml(stage));
+    return file;
+  });
+}
+
+function kubeconfig(server: string, pki: Pki, user: string): string {
+  return toYaml({
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [{ name: 'rollcall-local', cluster: { server, 'certificate-authority-data': readFileSync(pki.caCert).toString('base64') } }],
+    users: [{ name: user, user: { token: tokenFor(pki, user) } }],
+    contexts: [{ name: 'rollcall-local', context: { cluster: 'rollcall-local', user } }],
+    'current-context': 'rollcall-local',
+  });
+}
+
+/** Starts a process in its own process group with output to a log file; it outlives this process. */
+function daemon(binary: string, args: string[], logFile: string): number {
+  const fd = openSync(logFile, 'a');
+  const child = spawn(binary, args, { detached: true, stdio: ['ignore', fd, fd] });
+  closeSync(fd);
+  child.unref();
+  if (!child.pid) throw new Error(`could not start ${binary} ${args[0]}`);
+  return child.pid;
+}
+
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, sig); // the whole process group
+  } catch {
+    try {
+      process.kill(pid, sig);
+    } catch {
+      // already gone
+    }
+  }
+}
+
+async function waitFor(what: string, check: () => boolean | Promise<boolean>, state: ClusterState, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    const dead = components.find((c) => state.pids[c] && !alive(state.pids[c]));
+    if (dead) throw new Error(`${dead} exited while waiting for ${what}; see ${join(state.dir, 'logs', `${dead}.log`)}`);
+    await sleep(200);
+  }
+  throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}; logs are in ${join(state.dir, 'logs')}`);
+}
+
+function httpOk(url: string): Promise<boolean> {
+  return new Promise((resolveOk) => {
+    const req = httpRequest(url, { timeout: 2000 }, (res) => {
+      res.resume();
+      resolveOk(res.statusCode === 200);
+    });
+    req.on('error', () => resolveOk(false));
+    req.on('timeout', () => req.destroy());
+    req.end();
+  });
+}
+
+function apiOk(state: ClusterState, pki: Pki, path: string): Promise<boolean> {
+  return new Promise((resolveOk) => {
+    const req = request(
+      `${state.server}${path}`,
+      { ca: readFileSync(pki.caCert), headers: { authorization: `Bearer ${tokenFor(pki, 'admin')}` }, timeout: 2000 },
+      (res) => {
+        res.resume();
+        resolveOk(res.statusCode === 200);
+      },
+    );
+    req.on('error', () => resolveOk(false));
+    req.on('timeout', () => req.destroy());
+    req.end();
+  });
+}
+
+export const clusterExists = (dir = localDir) => existsSync(stateFile(dir));
