@@ -1,0 +1,88 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { V1Lease } from '@kubernetes/client-node';
+import { leaseIsFree } from '../../../watcher/leader.ts';
+import { KubeApiError } from '../../../watcher/kube-http.ts';
+import { classifyWatchEnd, diffStore, isGone, objectKey } from '../../../watcher/reflector.ts';
+import { configMap } from './fake-apiserver.ts';
+
+describe('objectKey', () => {
+  it('is namespace/name for namespaced objects and name for cluster-scoped ones', () => {
+    assert.equal(objectKey(configMap('a', '1')), 'ns/a');
+    assert.equal(objectKey({ metadata: { name: 'node-1' } }), 'node-1');
+  });
+});
+
+describe('diffStore', () => {
+  const store = (...objs: ReturnType<typeof configMap>[]) => new Map(objs.map((o) => [objectKey(o), o]));
+
+  it('reports listed objects missing from the store as added', () => {
+    const diff = diffStore(store(), [configMap('a', '1')]);
+    assert.deepEqual(diff, { added: [configMap('a', '1')], updated: [], deleted: [] });
+  });
+
+  it('reports objects that vanished from the list as deleted, with their last known state', () => {
+    const diff = diffStore(store(configMap('a', '1'), configMap('b', '2')), [configMap('a', '1')]);
+    assert.deepEqual(diff, { added: [], updated: [], deleted: [configMap('b', '2')] });
+  });
+
+  it('reports an object whose resourceVersion changed as updated, old then new', () => {
+    const diff = diffStore(store(configMap('a', '1', { v: 'old' })), [configMap('a', '5', { v: 'new' })]);
+    assert.deepEqual(diff.updated, [[configMap('a', '1', { v: 'old' }), configMap('a', '5', { v: 'new' })]]);
+  });
+
+  it('leaves out objects whose resourceVersion did not change', () => {
+    const diff = diffStore(store(configMap('a', '1')), [configMap('a', '1')]);
+    assert.deepEqual(diff, { added: [], updated: [], deleted: [] });
+  });
+});
+
+describe('isGone', () => {
+  it('recognises 410 and the Expired/Gone reasons', () => {
+    assert.equal(isGone({ code: 410, reason: 'Expired', message: 'too old resource version: 1 (100)' }), true);
+    assert.equal(isGone({ reason: 'Gone' }), true);
+    assert.equal(isGone({ code: 500, reason: 'InternalError' }), false);
+    assert.equal(isGone(undefined), false);
+  });
+});
+
+describe('classifyWatchEnd', () => {
+  it('treats a normal end (null) as closed', () => {
+    assert.equal(classifyWatchEnd(null), 'closed');
+  });
+
+  it("treats client-node's inactivity timeout as a stale watch", () => {
+    assert.equal(classifyWatchEnd(new DOMException('The operation was aborted due to timeout', 'TimeoutError')), 'stale');
+  });
+
+  it('treats an HTTP 410 as gone, from client-node (statusCode) or our own requests', () => {
+    assert.equal(classifyWatchEnd(Object.assign(new Error('Gone'), { statusCode: 410 })), 'gone');
+    assert.equal(classifyWatchEnd(new KubeApiError(410, { code: 410, reason: 'Expired' })), 'gone');
+  });
+
+  it('treats every other failure as an error', () => {
+    assert.equal(classifyWatchEnd(Object.assign(new Error('Forbidden'), { statusCode: 403 })), 'error');
+    assert.equal(classifyWatchEnd(new Error('ECONNRESET')), 'error');
+  });
+});
+
+describe('leaseIsFree', () => {
+  const lease = (holderIdentity: string | undefined, renewTime: Date | undefined, leaseDurationSeconds = 15): V1Lease => ({
+    metadata: { name: 'l' },
+    spec: { holderIdentity, renewTime, leaseDurationSeconds },
+  });
+  const now = Date.parse('2030-01-01T00:00:30Z');
+
+  it('is free without a holder', () => {
+    assert.equal(leaseIsFree(lease(undefined, new Date(now)), now), true);
+    assert.equal(leaseIsFree({ metadata: { name: 'l' } }, now), true);
+  });
+
+  it('is held while the last renewal is younger than the lease duration', () => {
+    assert.equal(leaseIsFree(lease('a', new Date(now - 14_000)), now), false);
+  });
+
+  it('is free once the last renewal is older than the lease duration', () => {
+    assert.equal(leaseIsFree(lease('a', new Date(now - 16_000)), now), true);
+  });
+});
