@@ -1,0 +1,63 @@
+#!/usr/bin/env node
+/**
+ * The `rollcall` command: a small dispatcher. Each subcommand is a function
+ * `(argv, io) → exit code` in its own file; add one by adding a row to COMMANDS.
+ */
+import { readFile } from "node:fs/promises";
+import { text } from "node:stream/consumers";
+import { runStatus, type StatusIo } from "./status.ts";
+
+interface Command {
+  summary: string;
+  run(argv: readonly string[], io: StatusIo): Promise<number>;
+}
+
+function notYetImplemented(name: string): Command["run"] {
+  return async (_argv, io) => {
+    io.stderr(`rollcall ${name}: not yet implemented\n`);
+    return 2;
+  };
+}
+
+const COMMANDS: Record<string, Command> = {
+  status: { summary: "print the kstatus of objects in YAML/JSON files", run: runStatus },
+  // To be filled in by their owners:
+  run: { summary: "run watcher and workers in one process", run: notYetImplemented("run") },
+  watcher: { summary: "watch the cluster and enqueue keys", run: notYetImplemented("watcher") },
+  worker: { summary: "process keys with the reconcile functions", run: notYetImplemented("worker") },
+  sim: { summary: "run a simulated policy server", run: notYetImplemented("sim") },
+  "install-crds": { summary: "apply rollcall's CRDs to the cluster", run: notYetImplemented("install-crds") },
+  demo: { summary: "walk through rollcall on the local cluster", run: notYetImplemented("demo") },
+};
+
+export function usage(): string {
+  const width = Math.max(...Object.keys(COMMANDS).map((name) => name.length));
+  const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
+  return `Usage: rollcall <command> [options]\n\nCommands:\n${lines.join("\n")}\n\nRun "rollcall <command> --help" for a command's options.\n`;
+}
+
+export async function main(argv: readonly string[], io: StatusIo): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === "--help" || name === "-h" || name === "help") {
+    (name === undefined ? io.stderr : io.stdout)(usage());
+    return name === undefined ? 2 : 0;
+  }
+  const command = COMMANDS[name];
+  if (command === undefined) {
+    io.stderr(`rollcall: unknown command "${name}"\n\n${usage()}`);
+    return 2;
+  }
+  return command.run(rest, io);
+}
+
+export const processIo: StatusIo = {
+  readFile: (path) => readFile(path, "utf8"),
+  readStdin: () => text(process.stdin),
+  stdout: (s) => void process.stdout.write(s),
+  stderr: (s) => void process.stderr.write(s),
+  now: () => new Date(),
+};
+
+if (import.meta.main) {
+  process.exitCode = await main(process.argv.slice(2), processIo);
+}
