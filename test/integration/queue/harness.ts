@@ -1,0 +1,67 @@
+// Helpers for the queue's integration tests: a queue and an in-process worker on a prefix
+// of their own, and a recorder of runs.
+
+import { pino } from 'pino';
+import { runWorker, type Handler, type HandlerContext, type RunningWorker, type RunWorkerOptions } from '../../../queue/run-worker.ts';
+import { WorkQueue, type WorkQueueOptions } from '../../../queue/work-queue.ts';
+import { redisUrl, uniquePrefix } from '../../support/redis.ts';
+
+export const silent = pino({ level: 'silent' });
+
+export interface Run {
+  key: string;
+  at: number;
+  failures: number;
+}
+
+export interface Harness {
+  queue: WorkQueue;
+  worker: RunningWorker;
+  runs: Run[];
+  close(): Promise<void>;
+}
+
+/** One queue and one worker whose `test` handler records every run and then calls `handle`. */
+export async function startHarness(
+  name: string,
+  handle: (key: string, ctx: HandlerContext, runs: Run[]) => ReturnType<Handler>,
+  opts: Partial<RunWorkerOptions> & { queue?: Partial<WorkQueueOptions> } = {},
+): Promise<Harness> {
+  const prefix = uniquePrefix(name);
+  const runs: Run[] = [];
+  const { queue: queueOpts, ...workerOpts } = opts;
+  const queue = new WorkQueue({ connection: redisUrl(), prefix, ...queueOpts });
+  const worker = await runWorker({
+    connection: redisUrl(),
+    prefix,
+    logger: silent,
+    handleSignals: false,
+    handlers: {
+      test: (key, ctx) => {
+        runs.push({ key, at: Date.now(), failures: ctx.failures });
+        return handle(key, ctx, runs);
+      },
+    },
+    ...workerOpts,
+  });
+  return {
+    queue,
+    worker,
+    runs,
+    async close() {
+      await worker.close();
+      await queue.queue.obliterate({ force: true }).catch(() => {});
+      await queue.close();
+    },
+  };
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export async function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
