@@ -178,6 +178,7 @@ export class Reflector<T extends KubernetesObject> {
   #running: Promise<void> | undefined;
   #resyncTimer: NodeJS.Timeout | undefined;
   #delivery: Promise<void> = Promise.resolve();
+  #resyncQueued = false;
 
   constructor(options: ReflectorOptions<T>) {
     this.#options = options;
@@ -197,7 +198,13 @@ export class Reflector<T extends KubernetesObject> {
     const { resyncMs = 600_000, onResync } = this.#options;
     if (resyncMs > 0 && onResync) {
       this.#resyncTimer = setInterval(() => {
-        if (this.#synced) this.#deliver(() => onResync(this.list()));
+        // Behind slow handlers, one queued resync is enough.
+        if (!this.#synced || this.#resyncQueued) return;
+        this.#resyncQueued = true;
+        this.#deliver(() => {
+          this.#resyncQueued = false;
+          return onResync(this.list());
+        });
       }, resyncMs);
     }
   }
@@ -240,8 +247,8 @@ export class Reflector<T extends KubernetesObject> {
       let delay = 0;
       if (relist) {
         try {
-          metrics?.relisted?.(relist);
           await this.#relist(signal);
+          metrics?.relisted?.(relist);
           relist = undefined;
         } catch (err) {
           if (signal.aborted) break;
@@ -318,7 +325,7 @@ export class Reflector<T extends KubernetesObject> {
       };
     });
 
-    let staleTimer = setTimeout(() => end({ reason: 'stale' }), staleAfterMs);
+    const staleTimer = setTimeout(() => end({ reason: 'stale' }), staleAfterMs);
     const onStop = () => end({ reason: 'stopped' });
     signal.addEventListener('abort', onStop, { once: true });
     if (signal.aborted) onStop();
@@ -332,9 +339,10 @@ export class Reflector<T extends KubernetesObject> {
     };
     const onEvent = (type: string, obj: unknown) => {
       if (ended) return; // the watch is being torn down: its events no longer count
-      sawData = true;
       staleTimer.refresh();
       this.#options.metrics?.received?.(type as WatchEventType);
+      // An ERROR event is not a sign of health: a watch failing at once must still back off.
+      if (type !== 'ERROR') sawData = true;
       if (type === 'ERROR') {
         const status = asStatus(obj);
         end(isGone(status) ? { reason: 'gone' } : { reason: 'error', error: new Error(`watch ERROR event: ${JSON.stringify(status)}`) });

@@ -126,6 +126,18 @@ describe('Reflector against a scripted apiserver', () => {
     assert.deepEqual(metrics, ['relist:initial', 'restart:gone', 'relist:gone']);
   });
 
+  it('backs off instead of relisting in a tight loop when every fresh watch is answered with 410', async () => {
+    const gone = (w: { send(type: string, object: unknown): void }) => w.send('ERROR', { kind: 'Status', code: 410, reason: 'Expired' });
+    const { fake, reflector } = await harness(
+      { list: () => configMapList('10', []), watches: Array.from({ length: 50 }, () => gone) },
+      { backoff: { initialMs: 50, maxMs: 1_000, jitter: 0 } },
+    );
+    reflector.start();
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    // 50 + 100 + 200 ms of backoff fit in 500 ms: at most five lists, not hundreds.
+    assert.ok(fake.lists.length >= 3 && fake.lists.length <= 5, `${fake.lists.length} lists`);
+  });
+
   it('keeps retrying a failing watch with growing delays and never stops', async () => {
     const fail = (status: number) => (w: { fail(status: number): void }) => w.fail(status);
     const { fake, reflector, metrics } = await harness(
