@@ -116,6 +116,8 @@ export async function up(dir = localDir, log: Log = console.error): Promise<Clus
       `--service-account-key-file=${pki.serviceAccountPub}`,
       `--service-account-signing-key-file=${pki.serviceAccountKey}`,
       '--allow-privileged=true',
+      // The kubernetes Service's endpoint cannot be a loopback address; nothing here needs it.
+      '--endpoint-reconciler-type=none',
       // Pods need no token volumes on fake nodes; this also spares waiting for default SAs.
       '--disable-admission-plugins=ServiceAccount',
       '--profiling=false',

@@ -2,7 +2,7 @@
 // behaviour that a fake apiserver would miss.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { ApiextensionsV1Api, AppsV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type V1Deployment } from '@kubernetes/client-node';
+import { ApiextensionsV1Api, AppsV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type V1CustomResourceDefinition, type V1Deployment } from '@kubernetes/client-node';
 import { kubectl } from '../../../cluster/cluster.ts';
 import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 
@@ -78,10 +78,10 @@ describe('the local cluster', () => {
       },
     });
     after(() => ext.deleteCustomResourceDefinition({ name: crdName }));
-    await watchUntil(
+    await watchUntil<V1CustomResourceDefinition>(
       kc,
       '/apis/apiextensions.k8s.io/v1/customresourcedefinitions',
-      (crd: { status?: { conditions?: { type: string; status: string }[] } }) =>
+      (crd) =>
         crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ?? false,
       { fieldSelector: `metadata.name=${crdName}` },
     );
