@@ -83,5 +83,5 @@ export function controllerOf(meta: ObjectMeta | undefined): OwnerReference | und
 /** True when the object carries a deletionTimestamp (it is being deleted). */
 export function isTerminating(meta: ObjectMeta | undefined): boolean {
   const ts = meta?.deletionTimestamp;
-  return ts !== undefined && ts !== null && ts !== "";
+  return ts !== undefined && ts !== null && ts !== '';
 }

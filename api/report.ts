@@ -4,23 +4,27 @@
  * whole or not at all: any defect (too large, not JSON, wrong shape, inconsistent
  * entry) rejects the entire report, and `readReplicaReport` never throws.
  */
-import { z } from "zod";
-import { REPORT_MAX_BYTES, REPORT_MESSAGE_MAX_CHARS } from "./constants.ts";
+import { z } from 'zod';
+import { REPORT_MAX_BYTES, REPORT_MESSAGE_MAX_CHARS } from './constants.ts';
 
 export const reportEntrySchema = z
   .strictObject({
     generation: z.int().min(1),
-    state: z.enum(["Loading", "Loaded", "Failed"]),
+    state: z.enum(['Loading', 'Loaded', 'Failed']),
     message: z.string().max(REPORT_MESSAGE_MAX_CHARS).optional(),
     serving: z.int().min(1).optional(),
   })
   .superRefine((entry, ctx) => {
     // `serving` only makes sense as "what I still enforce after this reload failed".
     if (entry.serving === undefined) return;
-    if (entry.state !== "Failed") {
-      ctx.addIssue({ code: "custom", path: ["serving"], message: "only allowed when state is Failed" });
+    if (entry.state !== 'Failed') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['serving'],
+        message: 'only allowed when state is Failed',
+      });
     } else if (entry.serving >= entry.generation) {
-      ctx.addIssue({ code: "custom", path: ["serving"], message: "must be older than generation" });
+      ctx.addIssue({ code: 'custom', path: ['serving'], message: 'must be older than generation' });
     }
   });
 export type ReportEntry = z.output<typeof reportEntrySchema>;
@@ -29,44 +33,51 @@ export const replicaReportSchema = z.record(z.string().min(1), reportEntrySchema
 export type ReplicaReport = z.output<typeof replicaReportSchema>;
 
 export type ReportReading =
-  | { kind: "absent" }
-  | { kind: "valid"; report: ReplicaReport }
-  | { kind: "invalid"; reason: string };
+  | { kind: 'absent' }
+  | { kind: 'valid'; report: ReplicaReport }
+  | { kind: 'invalid'; reason: string };
 
 /** Reads a report annotation value; `undefined` means the pod has not reported yet. */
 export function readReplicaReport(annotation: string | undefined): ReportReading {
-  if (annotation === undefined) return { kind: "absent" };
-  const bytes = Buffer.byteLength(annotation, "utf8");
+  if (annotation === undefined) return { kind: 'absent' };
+  const bytes = Buffer.byteLength(annotation, 'utf8');
   if (bytes > REPORT_MAX_BYTES) {
-    return { kind: "invalid", reason: `report is ${bytes} bytes, over the ${REPORT_MAX_BYTES}-byte limit` };
+    return {
+      kind: 'invalid',
+      reason: `report is ${bytes} bytes, over the ${REPORT_MAX_BYTES}-byte limit`,
+    };
   }
   let json: unknown;
   try {
     json = JSON.parse(annotation);
   } catch (error) {
-    return { kind: "invalid", reason: `report is not valid JSON (${errorMessage(error)})` };
+    return { kind: 'invalid', reason: `report is not valid JSON (${errorMessage(error)})` };
   }
   // z.record accepts any non-array object; say plainly what the top level must be.
-  if (typeof json !== "object" || json === null || Array.isArray(json)) {
-    return { kind: "invalid", reason: `report must be a JSON object keyed by policy name, got ${describe(json)}` };
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+    return {
+      kind: 'invalid',
+      reason: `report must be a JSON object keyed by policy name, got ${describe(json)}`,
+    };
   }
   const parsed = replicaReportSchema.safeParse(json);
-  if (!parsed.success) return { kind: "invalid", reason: `report has wrong types: ${formatIssues(parsed.error)}` };
-  return { kind: "valid", report: parsed.data };
+  if (!parsed.success)
+    return { kind: 'invalid', reason: `report has wrong types: ${formatIssues(parsed.error)}` };
+  return { kind: 'valid', report: parsed.data };
 }
 
 function formatIssues(error: z.ZodError): string {
   const shown = error.issues.slice(0, 3).map((issue) => {
-    const path = issue.path.map(String).join(".");
-    return path === "" ? issue.message : `${path}: ${issue.message}`;
+    const path = issue.path.map(String).join('.');
+    return path === '' ? issue.message : `${path}: ${issue.message}`;
   });
   const more = error.issues.length - shown.length;
-  return shown.join("; ") + (more > 0 ? `; and ${more} more` : "");
+  return shown.join('; ') + (more > 0 ? `; and ${more} more` : '');
 }
 
 function describe(value: unknown): string {
-  if (value === null) return "null";
-  if (Array.isArray(value)) return "an array";
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
   return `a ${typeof value}`;
 }
 

@@ -7,7 +7,7 @@
  * schemas' *output* (defaulted fields required); parse untrusted objects with the
  * schemas before handing them to a core.
  */
-import { z } from "zod";
+import { z } from 'zod';
 
 const int32 = z.int().min(0).max(2147483647);
 const generation = z.int().min(0);
@@ -15,7 +15,7 @@ const generation = z.int().min(0);
 /** metav1.Condition, as rollcall writes it. */
 export const conditionSchema = z.object({
   type: z.string().min(1).max(316),
-  status: z.enum(["True", "False", "Unknown"]),
+  status: z.enum(['True', 'False', 'Unknown']),
   reason: z
     .string()
     .min(1)
@@ -41,7 +41,7 @@ export const objectMetaSchema = z.looseObject({
 
 export const labelSelectorRequirementSchema = z.object({
   key: z.string().min(1),
-  operator: z.enum(["In", "NotIn", "Exists", "DoesNotExist"]),
+  operator: z.enum(['In', 'NotIn', 'Exists', 'DoesNotExist']),
   values: z.array(z.string()).optional(),
 });
 export const labelSelectorSchema = z.object({
@@ -52,11 +52,11 @@ export type LabelSelector = z.output<typeof labelSelectorSchema>;
 
 /** admissionregistration.k8s.io/v1 RuleWithOperations. */
 export const ruleSchema = z.object({
-  operations: z.array(z.enum(["*", "CREATE", "UPDATE", "DELETE", "CONNECT"])).min(1),
+  operations: z.array(z.enum(['*', 'CREATE', 'UPDATE', 'DELETE', 'CONNECT'])).min(1),
   apiGroups: z.array(z.string()).min(1),
   apiVersions: z.array(z.string().min(1)).min(1),
   resources: z.array(z.string().min(1)).min(1),
-  scope: z.enum(["*", "Cluster", "Namespaced"]).default("*"),
+  scope: z.enum(['*', 'Cluster', 'Namespaced']).default('*'),
 });
 export type Rule = z.output<typeof ruleSchema>;
 
@@ -67,11 +67,11 @@ export const policySpecSchema = z.object({
   module: z.string().min(1),
   settings: z.record(z.string(), z.unknown()).default({}),
   rules: z.array(ruleSchema).min(1),
-  failurePolicy: z.enum(["Fail", "Ignore"]).default("Fail"),
+  failurePolicy: z.enum(['Fail', 'Ignore']).default('Fail'),
   namespaceSelector: labelSelectorSchema.optional(),
   objectSelector: labelSelectorSchema.optional(),
   timeoutSeconds: z.int().min(1).max(30).default(10),
-  mode: z.enum(["protect", "monitor"]).default("protect"),
+  mode: z.enum(['protect', 'monitor']).default('protect'),
 });
 export type PolicySpec = z.output<typeof policySpecSchema>;
 
@@ -82,7 +82,7 @@ export const replicaFailureSchema = z.object({
 export type ReplicaFailure = z.output<typeof replicaFailureSchema>;
 
 /** One word for the STATUS printer column; mirrors the Ready/Reconciling/Stalled conditions. */
-export const summarySchema = z.enum(["Ready", "Reconciling", "Stalled"]);
+export const summarySchema = z.enum(['Ready', 'Reconciling', 'Stalled']);
 export type Summary = z.output<typeof summarySchema>;
 
 export const policyStatusSchema = z.object({
@@ -105,8 +105,8 @@ export const policyStatusSchema = z.object({
 export type PolicyStatus = z.output<typeof policyStatusSchema>;
 
 export const policySchema = z.object({
-  apiVersion: z.literal("rollcall.dev/v1alpha1"),
-  kind: z.literal("Policy"),
+  apiVersion: z.literal('rollcall.dev/v1alpha1'),
+  kind: z.literal('Policy'),
   metadata: objectMetaSchema,
   spec: policySpecSchema,
   status: policyStatusSchema.optional(),
@@ -150,7 +150,7 @@ export const policyServerSpecSchema = z.object({
   caBundle: z.string().optional(),
   /** Alternative to caBundle: a Secret in rollcall's namespace holding the CA. */
   caSecretRef: z
-    .object({ name: z.string().min(1), key: z.string().min(1).default("ca.crt") })
+    .object({ name: z.string().min(1), key: z.string().min(1).default('ca.crt') })
     .optional(),
   progressDeadlineSeconds: z.int().min(1).default(600),
   env: z.array(envVarSchema).optional(),
@@ -172,8 +172,8 @@ export const policyServerStatusSchema = z.object({
 export type PolicyServerStatus = z.output<typeof policyServerStatusSchema>;
 
 export const policyServerSchema = z.object({
-  apiVersion: z.literal("rollcall.dev/v1alpha1"),
-  kind: z.literal("PolicyServer"),
+  apiVersion: z.literal('rollcall.dev/v1alpha1'),
+  kind: z.literal('PolicyServer'),
   metadata: objectMetaSchema,
   spec: policyServerSpecSchema,
   status: policyServerStatusSchema.optional(),

@@ -3,16 +3,16 @@
  * The `rollcall` command: a small dispatcher. Each subcommand is a function
  * `(argv, io) → exit code` in its own file; add one by adding a row to COMMANDS.
  */
-import { readFile } from "node:fs/promises";
-import { text } from "node:stream/consumers";
-import { runStatus, type StatusIo } from "./status.ts";
+import { readFile } from 'node:fs/promises';
+import { text } from 'node:stream/consumers';
+import { runStatus, type StatusIo } from './status.ts';
 
 interface Command {
   summary: string;
   run(argv: readonly string[], io: StatusIo): Promise<number>;
 }
 
-function notYetImplemented(name: string): Command["run"] {
+function notYetImplemented(name: string): Command['run'] {
   return async (_argv, io) => {
     io.stderr(`rollcall ${name}: not yet implemented\n`);
     return 2;
@@ -20,25 +20,33 @@ function notYetImplemented(name: string): Command["run"] {
 }
 
 const COMMANDS: Record<string, Command> = {
-  status: { summary: "print the kstatus of objects in YAML/JSON files", run: runStatus },
+  status: { summary: 'print the kstatus of objects in YAML/JSON files', run: runStatus },
   // To be filled in by their owners:
-  run: { summary: "run watcher and workers in one process", run: notYetImplemented("run") },
-  watcher: { summary: "watch the cluster and enqueue keys", run: notYetImplemented("watcher") },
-  worker: { summary: "process keys with the reconcile functions", run: notYetImplemented("worker") },
-  sim: { summary: "run a simulated policy server", run: notYetImplemented("sim") },
-  "install-crds": { summary: "apply rollcall's CRDs to the cluster", run: notYetImplemented("install-crds") },
-  demo: { summary: "walk through rollcall on the local cluster", run: notYetImplemented("demo") },
+  run: { summary: 'run watcher and workers in one process', run: notYetImplemented('run') },
+  watcher: { summary: 'watch the cluster and enqueue keys', run: notYetImplemented('watcher') },
+  worker: {
+    summary: 'process keys with the reconcile functions',
+    run: notYetImplemented('worker'),
+  },
+  sim: { summary: 'run a simulated policy server', run: notYetImplemented('sim') },
+  'install-crds': {
+    summary: "apply rollcall's CRDs to the cluster",
+    run: notYetImplemented('install-crds'),
+  },
+  demo: { summary: 'walk through rollcall on the local cluster', run: notYetImplemented('demo') },
 };
 
 export function usage(): string {
   const width = Math.max(...Object.keys(COMMANDS).map((name) => name.length));
-  const lines = Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`);
-  return `Usage: rollcall <command> [options]\n\nCommands:\n${lines.join("\n")}\n\nRun "rollcall <command> --help" for a command's options.\n`;
+  const lines = Object.entries(COMMANDS).map(
+    ([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`,
+  );
+  return `Usage: rollcall <command> [options]\n\nCommands:\n${lines.join('\n')}\n\nRun "rollcall <command> --help" for a command's options.\n`;
 }
 
 export async function main(argv: readonly string[], io: StatusIo): Promise<number> {
   const [name, ...rest] = argv;
-  if (name === undefined || name === "--help" || name === "-h" || name === "help") {
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
     (name === undefined ? io.stderr : io.stdout)(usage());
     return name === undefined ? 2 : 0;
   }
@@ -51,7 +59,7 @@ export async function main(argv: readonly string[], io: StatusIo): Promise<numbe
 }
 
 export const processIo: StatusIo = {
-  readFile: (path) => readFile(path, "utf8"),
+  readFile: (path) => readFile(path, 'utf8'),
   readStdin: () => text(process.stdin),
   stdout: (s) => void process.stdout.write(s),
   stderr: (s) => void process.stderr.write(s),

@@ -5,11 +5,11 @@
  * Exit codes: 0 when every object is Current, 1 when any is not, 2 when the input
  * cannot be read (the message names the document, e.g. "document 3 of app.yaml: ...").
  */
-import { parseArgs } from "node:util";
-import { parseAllDocuments } from "yaml";
-import { computeStatus } from "../kstatus/compute.ts";
-import { isObject } from "../kstatus/fields.ts";
-import type { KStatusResult } from "../kstatus/types.ts";
+import { parseArgs } from 'node:util';
+import { parseAllDocuments } from 'yaml';
+import { computeStatus } from '../kstatus/compute.ts';
+import { isObject } from '../kstatus/fields.ts';
+import type { KStatusResult } from '../kstatus/types.ts';
 
 /** The process boundary, injected so tests need no subprocess. */
 export interface StatusIo {
@@ -25,7 +25,7 @@ export interface ObjectStatus {
   kind: string;
   namespace: string;
   name: string;
-  status: KStatusResult["status"];
+  status: KStatusResult['status'];
   message: string;
   conditions: { type: string; status: string; reason: string; message: string }[];
 }
@@ -47,9 +47,9 @@ export async function runStatus(argv: readonly string[], io: StatusIo): Promise<
     const { values } = parseArgs({
       args: [...argv],
       options: {
-        filename: { type: "string", short: "f", multiple: true },
-        output: { type: "string", short: "o", default: "table" },
-        help: { type: "boolean", short: "h" },
+        filename: { type: 'string', short: 'f', multiple: true },
+        output: { type: 'string', short: 'o', default: 'table' },
+        help: { type: 'boolean', short: 'h' },
       },
       strict: true,
       allowPositionals: false,
@@ -60,8 +60,9 @@ export async function runStatus(argv: readonly string[], io: StatusIo): Promise<
     }
     files = values.filename ?? [];
     output = values.output;
-    if (files.length === 0) throw new InputError("-f <file|-> is required");
-    if (output !== "table" && output !== "json") throw new InputError(`-o must be table or json, not "${output}"`);
+    if (files.length === 0) throw new InputError('-f <file|-> is required');
+    if (output !== 'table' && output !== 'json')
+      throw new InputError(`-o must be table or json, not "${output}"`);
   } catch (error) {
     io.stderr(`rollcall status: ${errorMessage(error)}\n\n${STATUS_USAGE}`);
     return 2;
@@ -70,10 +71,10 @@ export async function runStatus(argv: readonly string[], io: StatusIo): Promise<
   const results: ObjectStatus[] = [];
   try {
     for (const file of files) {
-      const label = file === "-" ? "stdin" : file;
+      const label = file === '-' ? 'stdin' : file;
       let text: string;
       try {
-        text = file === "-" ? await io.readStdin() : await io.readFile(file);
+        text = file === '-' ? await io.readStdin() : await io.readFile(file);
       } catch (error) {
         throw new InputError(`${label}: ${errorMessage(error)}`);
       }
@@ -86,8 +87,8 @@ export async function runStatus(argv: readonly string[], io: StatusIo): Promise<
     return 2;
   }
 
-  io.stdout(output === "json" ? `${JSON.stringify(results, null, 2)}\n` : table(results));
-  return results.every((r) => r.status === "Current") ? 0 : 1;
+  io.stdout(output === 'json' ? `${JSON.stringify(results, null, 2)}\n` : table(results));
+  return results.every((r) => r.status === 'Current') ? 0 : 1;
 }
 
 interface KubeObject {
@@ -104,11 +105,11 @@ function objectsIn(text: string, label: string): KubeObject[] {
   documents.forEach((doc, index) => {
     const where = `document ${index + 1} of ${label}`;
     const [error] = doc.errors;
-    if (error) throw new InputError(`${where}: ${error.message.split("\n")[0]}`);
+    if (error) throw new InputError(`${where}: ${error.message.split('\n')[0]}`);
     const value: unknown = doc.toJS();
     if (value === null || value === undefined) return; // an empty document between `---`s
     const object = asKubeObject(value, where);
-    if (object.kind.endsWith("List") && "items" in (value as object)) {
+    if (object.kind.endsWith('List') && 'items' in (value as object)) {
       const items = (value as { items: unknown }).items;
       if (!Array.isArray(items)) throw new InputError(`${where}: items must be a list`);
       items.forEach((item, i) => objects.push(asKubeObject(item, `${where}, item ${i + 1}`)));
@@ -122,10 +123,11 @@ function objectsIn(text: string, label: string): KubeObject[] {
 function asKubeObject(value: unknown, where: string): KubeObject {
   if (!isObject(value)) throw new InputError(`${where}: not a Kubernetes object`);
   const { apiVersion, kind, metadata } = value;
-  if (typeof apiVersion !== "string" || apiVersion === "") throw new InputError(`${where}: apiVersion is missing`);
-  if (typeof kind !== "string" || kind === "") throw new InputError(`${where}: kind is missing`);
-  if (kind.endsWith("List") && "items" in value) return value as unknown as KubeObject;
-  if (!isObject(metadata) || typeof metadata["name"] !== "string" || metadata["name"] === "") {
+  if (typeof apiVersion !== 'string' || apiVersion === '')
+    throw new InputError(`${where}: apiVersion is missing`);
+  if (typeof kind !== 'string' || kind === '') throw new InputError(`${where}: kind is missing`);
+  if (kind.endsWith('List') && 'items' in value) return value as unknown as KubeObject;
+  if (!isObject(metadata) || typeof metadata['name'] !== 'string' || metadata['name'] === '') {
     throw new InputError(`${where}: metadata.name is missing`);
   }
   return value as unknown as KubeObject;
@@ -136,24 +138,34 @@ function statusOf(object: KubeObject, now: Date): ObjectStatus {
   return {
     apiVersion: object.apiVersion,
     kind: object.kind,
-    namespace: typeof object.metadata.namespace === "string" ? object.metadata.namespace : "",
+    namespace: typeof object.metadata.namespace === 'string' ? object.metadata.namespace : '',
     name: object.metadata.name,
     status: result.status,
     message: result.message,
-    conditions: result.conditions.map(({ type, status, reason, message }) => ({ type, status, reason, message })),
+    conditions: result.conditions.map(({ type, status, reason, message }) => ({
+      type,
+      status,
+      reason,
+      message,
+    })),
   };
 }
 
 function table(results: readonly ObjectStatus[]): string {
   const rows = [
-    ["NAMESPACE", "KIND", "NAME", "STATUS", "MESSAGE"],
-    ...results.map((r) => [r.namespace, r.kind, r.name, r.status, r.message.replace(/\s+/g, " ")]),
+    ['NAMESPACE', 'KIND', 'NAME', 'STATUS', 'MESSAGE'],
+    ...results.map((r) => [r.namespace, r.kind, r.name, r.status, r.message.replace(/\s+/g, ' ')]),
   ];
   const widths = [0, 1, 2, 3].map((col) => Math.max(...rows.map((row) => row[col]?.length ?? 0)));
   return rows
-    .map((row) => row.map((cell, col) => (col < 4 ? cell.padEnd(widths[col] ?? 0) : cell)).join("   ").trimEnd())
-    .join("\n")
-    .concat("\n");
+    .map((row) =>
+      row
+        .map((cell, col) => (col < 4 ? cell.padEnd(widths[col] ?? 0) : cell))
+        .join('   ')
+        .trimEnd(),
+    )
+    .join('\n')
+    .concat('\n');
 }
 
 function errorMessage(error: unknown): string {

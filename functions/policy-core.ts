@@ -23,12 +23,18 @@
  * | every Ready pod loaded it, ≥ desired of them        | Ready    Loaded         | serve current        |
  * | otherwise                                           | Reconciling Loading     | keep if served, else absent |
  */
-import { MAX_REPORTED_FAILURES, POLICY_SERVER_LABEL, REPORT_ANNOTATION } from "../api/constants.ts";
-import { controllerOf, isTerminating, type Deployment, type Pod, type ReplicaSet } from "../api/kube.ts";
-import { readReplicaReport } from "../api/report.ts";
-import type { Policy, PolicyServer, PolicyStatus, ReplicaFailure } from "../api/v1alpha1.ts";
-import { readinessOf, setReadiness, truncateUtf8, type Readiness } from "../kstatus/conditions.ts";
-import type { WebhookIntent } from "./webhook-core.ts";
+import { MAX_REPORTED_FAILURES, POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../api/constants.ts';
+import {
+  controllerOf,
+  isTerminating,
+  type Deployment,
+  type Pod,
+  type ReplicaSet,
+} from '../api/kube.ts';
+import { readReplicaReport } from '../api/report.ts';
+import type { Policy, PolicyServer, PolicyStatus, ReplicaFailure } from '../api/v1alpha1.ts';
+import { readinessOf, setReadiness, truncateUtf8, type Readiness } from '../kstatus/conditions.ts';
+import type { WebhookIntent } from './webhook-core.ts';
 
 export interface PolicyCoreInput {
   policy: Policy;
@@ -46,7 +52,7 @@ export interface PolicyCoreInput {
 
 /** An events.k8s.io/v1 Event about the Policy, minus the bookkeeping the shell adds. */
 export interface PolicyEvent {
-  type: "Normal" | "Warning";
+  type: 'Normal' | 'Warning';
   reason: string;
   action: string;
   /** At most 1 KiB, as events.k8s.io/v1 requires. */
@@ -61,9 +67,7 @@ export interface PolicyDecision {
 
 /** How one trusted, live replica stands with the policy's current generation. */
 type ReplicaState =
-  | { kind: "loaded" }
-  | { kind: "pending"; detail: string }
-  | { kind: "failed"; message: string };
+  { kind: 'loaded' } | { kind: 'pending'; detail: string } | { kind: 'failed'; message: string };
 
 interface Replica {
   pod: string;
@@ -78,16 +82,32 @@ export function computePolicy(input: PolicyCoreInput): PolicyDecision {
   const { policy, policyServer, now } = input;
   const generation = policy.metadata.generation ?? 0;
   const desired = policyServer?.spec.replicas ?? 0;
-  const replicas = policyServer && deploymentIsTrusted(input.deployment, policyServer) ? liveReplicas(input, generation) : [];
+  const replicas =
+    policyServer && deploymentIsTrusted(input.deployment, policyServer)
+      ? liveReplicas(input, generation)
+      : [];
 
-  const readyReplicas = replicas.filter((r) => r.ready && r.state.kind === "loaded").length;
+  const readyReplicas = replicas.filter((r) => r.ready && r.state.kind === 'loaded').length;
   const failures = replicas
-    .flatMap((r): ReplicaFailure[] => (r.state.kind === "failed" ? [{ pod: r.pod, message: r.state.message }] : []))
+    .flatMap((r): ReplicaFailure[] =>
+      r.state.kind === 'failed' ? [{ pod: r.pod, message: r.state.message }] : [],
+    )
     .sort((a, b) => (a.pod < b.pod ? -1 : a.pod > b.pod ? 1 : 0));
 
-  const { readiness, webhook } = decide(input, replicas, readyReplicas, failures, generation, desired);
+  const { readiness, webhook } = decide(
+    input,
+    replicas,
+    readyReplicas,
+    failures,
+    generation,
+    desired,
+  );
   const servedGeneration =
-    webhook.kind === "serve" ? webhook.generation : webhook.kind === "keep" ? input.servedGeneration : undefined;
+    webhook.kind === 'serve'
+      ? webhook.generation
+      : webhook.kind === 'keep'
+        ? input.servedGeneration
+        : undefined;
   const shownFailures = failures
     .slice(0, MAX_REPORTED_FAILURES)
     .map((f) => ({ pod: f.pod, message: truncateUtf8(f.message, FAILURE_MESSAGE_MAX_BYTES) }));
@@ -115,52 +135,76 @@ function decide(
   desired: number,
 ): { readiness: Readiness; webhook: WebhookIntent } {
   const server = input.policy.spec.policyServer;
-  const keep: WebhookIntent = { kind: "keep" };
+  const keep: WebhookIntent = { kind: 'keep' };
   // While not Ready the webhook may only go on serving what it served before.
-  const fallback: WebhookIntent = input.servedGeneration === undefined ? { kind: "absent" } : keep;
+  const fallback: WebhookIntent = input.servedGeneration === undefined ? { kind: 'absent' } : keep;
   const progress = `generation ${generation} loaded on ${readyReplicas}/${desired} replicas`;
 
   if (input.policyServer === undefined) {
-    return stalled("PolicyServerNotFound", `policy server "${server}" does not exist`, keep);
+    return stalled('PolicyServerNotFound', `policy server "${server}" does not exist`, keep);
   }
   if (!deploymentIsTrusted(input.deployment, input.policyServer)) {
-    return reconciling("PolicyServerNotDeployed", `policy server "${server}" has no Deployment yet`, keep);
+    return reconciling(
+      'PolicyServerNotDeployed',
+      `policy server "${server}" has no Deployment yet`,
+      keep,
+    );
   }
   if (replicas.length === 0) {
-    if (desired === 0) return stalled("PolicyServerScaledToZero", `policy server "${server}" is scaled to 0 replicas`, keep);
-    return reconciling("WaitingForPods", `policy server "${server}" has no running pods yet (0/${desired})`, keep);
+    if (desired === 0)
+      return stalled(
+        'PolicyServerScaledToZero',
+        `policy server "${server}" is scaled to 0 replicas`,
+        keep,
+      );
+    return reconciling(
+      'WaitingForPods',
+      `policy server "${server}" has no running pods yet (0/${desired})`,
+      keep,
+    );
   }
   const [first] = failures;
   if (first !== undefined) {
-    const others = failures.length > 1 ? ` (and ${failures.length - 1} more replicas)` : "";
-    return stalled("LoadFailed", `generation ${generation} failed to load on pod ${first.pod}: ${first.message}${others}`, fallback);
+    const others = failures.length > 1 ? ` (and ${failures.length - 1} more replicas)` : '';
+    return stalled(
+      'LoadFailed',
+      `generation ${generation} failed to load on pod ${first.pod}: ${first.message}${others}`,
+      fallback,
+    );
   }
-  const readyNotLoaded = replicas.filter((r) => r.ready && r.state.kind !== "loaded");
+  const readyNotLoaded = replicas.filter((r) => r.ready && r.state.kind !== 'loaded');
   if (readyNotLoaded.length === 0 && readyReplicas >= desired && readyReplicas > 0) {
-    return { readiness: { state: "Ready", reason: "Loaded", message: progress }, webhook: { kind: "serve", generation } };
+    return {
+      readiness: { state: 'Ready', reason: 'Loaded', message: progress },
+      webhook: { kind: 'serve', generation },
+    };
   }
-  const waitingFor = readyNotLoaded[0] ?? replicas.find((r) => !r.ready || r.state.kind !== "loaded");
+  const waitingFor =
+    readyNotLoaded[0] ?? replicas.find((r) => !r.ready || r.state.kind !== 'loaded');
   const detail =
     waitingFor === undefined
-      ? ""
-      : `; waiting for pod ${waitingFor.pod} (${waitingFor.state.kind === "pending" ? waitingFor.state.detail : "not Ready"})`;
-  return reconciling("Loading", progress + detail, fallback);
+      ? ''
+      : `; waiting for pod ${waitingFor.pod} (${waitingFor.state.kind === 'pending' ? waitingFor.state.detail : 'not Ready'})`;
+  return reconciling('Loading', progress + detail, fallback);
 }
 
 function stalled(reason: string, message: string, webhook: WebhookIntent) {
-  return { readiness: { state: "Stalled", reason, message } as const, webhook };
+  return { readiness: { state: 'Stalled', reason, message } as const, webhook };
 }
 
 function reconciling(reason: string, message: string, webhook: WebhookIntent) {
-  return { readiness: { state: "Reconciling", reason, message } as const, webhook };
+  return { readiness: { state: 'Reconciling', reason, message } as const, webhook };
 }
 
 /** The Deployment counts only if its controller is this PolicyServer (same uid). */
-function deploymentIsTrusted(deployment: Deployment | undefined, server: PolicyServer): deployment is Deployment {
+function deploymentIsTrusted(
+  deployment: Deployment | undefined,
+  server: PolicyServer,
+): deployment is Deployment {
   const owner = controllerOf(deployment?.metadata);
   return (
     owner !== undefined &&
-    owner.kind === "PolicyServer" &&
+    owner.kind === 'PolicyServer' &&
     server.metadata.uid !== undefined &&
     owner.uid === server.metadata.uid &&
     deployment?.metadata?.uid !== undefined
@@ -177,7 +221,7 @@ function liveReplicas(input: PolicyCoreInput, generation: number): Replica[] {
       .filter((rs) => rs.metadata?.namespace === namespace)
       .filter((rs) => {
         const owner = controllerOf(rs.metadata);
-        return owner?.kind === "Deployment" && owner.uid === deployment?.metadata?.uid;
+        return owner?.kind === 'Deployment' && owner.uid === deployment?.metadata?.uid;
       })
       .flatMap((rs) => (rs.metadata?.uid === undefined ? [] : [rs.metadata.uid])),
   );
@@ -187,63 +231,82 @@ function liveReplicas(input: PolicyCoreInput, generation: number): Replica[] {
       return (
         pod.metadata?.labels?.[POLICY_SERVER_LABEL] === serverName &&
         pod.metadata?.namespace === namespace &&
-        owner?.kind === "ReplicaSet" &&
+        owner?.kind === 'ReplicaSet' &&
         replicaSetUids.has(owner.uid) &&
         !isTerminating(pod.metadata)
       );
     })
     .map((pod) => ({
-      pod: pod.metadata?.name ?? "",
-      ready: pod.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false,
+      pod: pod.metadata?.name ?? '',
+      ready:
+        pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false,
       state: replicaState(pod, input.policy.metadata.name, generation),
     }));
 }
 
 function replicaState(pod: Pod, policyName: string, generation: number): ReplicaState {
   const reading = readReplicaReport(pod.metadata?.annotations?.[REPORT_ANNOTATION]);
-  if (reading.kind === "absent") return { kind: "pending", detail: "no report yet" };
-  if (reading.kind === "invalid") return { kind: "failed", message: `invalid ${REPORT_ANNOTATION} annotation: ${reading.reason}` };
+  if (reading.kind === 'absent') return { kind: 'pending', detail: 'no report yet' };
+  if (reading.kind === 'invalid')
+    return {
+      kind: 'failed',
+      message: `invalid ${REPORT_ANNOTATION} annotation: ${reading.reason}`,
+    };
   // hasOwn: a policy named "constructor" must not find Object.prototype's.
   const entry = Object.hasOwn(reading.report, policyName) ? reading.report[policyName] : undefined;
-  if (entry === undefined) return { kind: "pending", detail: "policy not reported yet" };
+  if (entry === undefined) return { kind: 'pending', detail: 'policy not reported yet' };
   if (entry.generation !== generation) {
-    return { kind: "pending", detail: `reports generation ${entry.generation}, not ${generation}` };
+    return { kind: 'pending', detail: `reports generation ${entry.generation}, not ${generation}` };
   }
   switch (entry.state) {
-    case "Loaded":
-      return { kind: "loaded" };
-    case "Loading":
-      return { kind: "pending", detail: `loading generation ${generation}` };
-    case "Failed":
-      return { kind: "failed", message: entry.message ?? "load failed (no message)" };
+    case 'Loaded':
+      return { kind: 'loaded' };
+    case 'Loading':
+      return { kind: 'pending', detail: `loading generation ${generation}` };
+    case 'Failed':
+      return { kind: 'failed', message: entry.message ?? 'load failed (no message)' };
   }
 }
 
 /** Events on transitions only: compared with the status written last time. */
-function eventsFor(policy: Policy, status: PolicyStatus, readiness: Readiness, generation: number): PolicyEvent[] {
+function eventsFor(
+  policy: Policy,
+  status: PolicyStatus,
+  readiness: Readiness,
+  generation: number,
+): PolicyEvent[] {
   const previous = policy.status;
   const previousState = readinessOf(previous?.conditions);
-  const previousReason = previous?.conditions?.find((c) => c.type === "Ready")?.reason;
-  const event = (type: PolicyEvent["type"], reason: string, note: string): PolicyEvent => ({
+  const previousReason = previous?.conditions?.find((c) => c.type === 'Ready')?.reason;
+  const event = (type: PolicyEvent['type'], reason: string, note: string): PolicyEvent => ({
     type,
     reason,
-    action: "Load",
+    action: 'Load',
     note: truncateUtf8(note, EVENT_NOTE_MAX_BYTES),
   });
   const events: PolicyEvent[] = [];
 
-  if (readiness.state === "Ready" && (previousState !== "Ready" || previous?.servedGeneration !== generation)) {
-    events.push(event("Normal", "Loaded", `${readiness.message}; the webhook enforces it`));
+  if (
+    readiness.state === 'Ready' &&
+    (previousState !== 'Ready' || previous?.servedGeneration !== generation)
+  ) {
+    events.push(event('Normal', 'Loaded', `${readiness.message}; the webhook enforces it`));
   }
   const known = new Set((previous?.failures ?? []).map((f) => `${f.pod}\n${f.message}`));
   for (const failure of status.failures ?? []) {
     if (!known.has(`${failure.pod}\n${failure.message}`)) {
-      events.push(event("Warning", "LoadFailed", `pod ${failure.pod} failed to load generation ${generation}: ${failure.message}`));
+      events.push(
+        event(
+          'Warning',
+          'LoadFailed',
+          `pod ${failure.pod} failed to load generation ${generation}: ${failure.message}`,
+        ),
+      );
     }
   }
-  if (readiness.state === "Stalled" && readiness.reason !== "LoadFailed") {
-    if (previousState !== "Stalled" || previousReason !== readiness.reason) {
-      events.push(event("Warning", readiness.reason, readiness.message));
+  if (readiness.state === 'Stalled' && readiness.reason !== 'LoadFailed') {
+    if (previousState !== 'Stalled' || previousReason !== readiness.reason) {
+      events.push(event('Warning', readiness.reason, readiness.message));
     }
   }
   return events;

@@ -11,12 +11,22 @@
  * Status follows kstatus' Deployment rules: Current → Ready; ProgressDeadlineExceeded
  * → Stalled; anything still converging → Reconciling, with kstatus' reason.
  */
-import type { V1Deployment, V1EnvVar, V1ResourceRequirements, V1Service } from "@kubernetes/client-node";
-import { API_VERSION, MANAGED_BY, MANAGED_BY_LABEL, POLICY_SERVER_LABEL } from "../api/constants.ts";
-import type { Deployment, OwnerReference } from "../api/kube.ts";
-import type { PolicyServer, PolicyServerStatus, ResourceRequirements } from "../api/v1alpha1.ts";
-import { computeStatus } from "../kstatus/compute.ts";
-import { setReadiness, toValidReason, type Readiness } from "../kstatus/conditions.ts";
+import type {
+  V1Deployment,
+  V1EnvVar,
+  V1ResourceRequirements,
+  V1Service,
+} from '@kubernetes/client-node';
+import {
+  API_VERSION,
+  MANAGED_BY,
+  MANAGED_BY_LABEL,
+  POLICY_SERVER_LABEL,
+} from '../api/constants.ts';
+import type { Deployment, OwnerReference } from '../api/kube.ts';
+import type { PolicyServer, PolicyServerStatus, ResourceRequirements } from '../api/v1alpha1.ts';
+import { computeStatus } from '../kstatus/compute.ts';
+import { setReadiness, toValidReason, type Readiness } from '../kstatus/conditions.ts';
 
 export interface PolicyServerOptions {
   /** rollcall's namespace, where every policy server's Deployment and Service live. */
@@ -28,8 +38,8 @@ export const POLICY_SERVER_CONTAINER_PORT = 8443;
 /** The Service port the webhooks call. */
 export const POLICY_SERVER_SERVICE_PORT = 443;
 /** The policy server answers 200 here once it can serve admission reviews. */
-export const POLICY_SERVER_READINESS_PATH = "/readyz";
-export const POLICY_SERVER_CONTAINER = "policy-server";
+export const POLICY_SERVER_READINESS_PATH = '/readyz';
+export const POLICY_SERVER_CONTAINER = 'policy-server';
 
 /** Name of both the Deployment and the Service for a PolicyServer. */
 export function policyServerResourceName(serverName: string): string {
@@ -39,8 +49,8 @@ export function policyServerResourceName(serverName: string): string {
 /** Labels on the Deployment, Service and pods; the selector uses only POLICY_SERVER_LABEL. */
 export function policyServerLabels(serverName: string): Record<string, string> {
   return {
-    "app.kubernetes.io/name": "policy-server",
-    "app.kubernetes.io/instance": serverName,
+    'app.kubernetes.io/name': 'policy-server',
+    'app.kubernetes.io/instance': serverName,
     [MANAGED_BY_LABEL]: MANAGED_BY,
     [POLICY_SERVER_LABEL]: serverName,
   };
@@ -49,9 +59,9 @@ export function policyServerLabels(serverName: string): Record<string, string> {
 export function ownerReferenceTo(server: PolicyServer): OwnerReference {
   return {
     apiVersion: API_VERSION,
-    kind: "PolicyServer",
+    kind: 'PolicyServer',
     name: server.metadata.name,
-    uid: server.metadata.uid ?? "",
+    uid: server.metadata.uid ?? '',
     controller: true,
   };
 }
@@ -59,19 +69,22 @@ export function ownerReferenceTo(server: PolicyServer): OwnerReference {
 /** The downward-API environment every replica gets, after the user's own env. */
 function downwardEnv(serverName: string): V1EnvVar[] {
   return [
-    { name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
-    { name: "POD_NAMESPACE", valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } } },
-    { name: "POLICY_SERVER", value: serverName },
+    { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
+    { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+    { name: 'POLICY_SERVER', value: serverName },
   ];
 }
 
-export function desiredDeployment(server: PolicyServer, options: PolicyServerOptions): V1Deployment {
+export function desiredDeployment(
+  server: PolicyServer,
+  options: PolicyServerOptions,
+): V1Deployment {
   const name = server.metadata.name;
   const labels = policyServerLabels(name);
   const { spec } = server;
   return {
-    apiVersion: "apps/v1",
-    kind: "Deployment",
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
     metadata: {
       name: policyServerResourceName(name),
       namespace: options.namespace,
@@ -85,19 +98,25 @@ export function desiredDeployment(server: PolicyServer, options: PolicyServerOpt
       template: {
         metadata: { labels },
         spec: {
-          ...(spec.serviceAccountName === undefined ? {} : { serviceAccountName: spec.serviceAccountName }),
+          ...(spec.serviceAccountName === undefined
+            ? {}
+            : { serviceAccountName: spec.serviceAccountName }),
           containers: [
             {
               name: POLICY_SERVER_CONTAINER,
               image: spec.image,
-              ports: [{ name: "https", containerPort: POLICY_SERVER_CONTAINER_PORT, protocol: "TCP" }],
+              ports: [
+                { name: 'https', containerPort: POLICY_SERVER_CONTAINER_PORT, protocol: 'TCP' },
+              ],
               env: [...(spec.env ?? []), ...downwardEnv(name)],
               readinessProbe: {
-                httpGet: { path: POLICY_SERVER_READINESS_PATH, port: "https", scheme: "HTTPS" },
+                httpGet: { path: POLICY_SERVER_READINESS_PATH, port: 'https', scheme: 'HTTPS' },
                 periodSeconds: 5,
                 failureThreshold: 3,
               },
-              ...(spec.resources === undefined ? {} : { resources: quantitiesAsStrings(spec.resources) }),
+              ...(spec.resources === undefined
+                ? {}
+                : { resources: quantitiesAsStrings(spec.resources) }),
             },
           ],
         },
@@ -109,17 +128,22 @@ export function desiredDeployment(server: PolicyServer, options: PolicyServerOpt
 /** The CRD accepts `cpu: 1` (int-or-string); the core API wants quantities as strings. */
 function quantitiesAsStrings(resources: ResourceRequirements): V1ResourceRequirements {
   const strings = (list: Record<string, number | string> | undefined) =>
-    list === undefined ? undefined : Object.fromEntries(Object.entries(list).map(([k, v]) => [k, String(v)]));
+    list === undefined
+      ? undefined
+      : Object.fromEntries(Object.entries(list).map(([k, v]) => [k, String(v)]));
   const limits = strings(resources.limits);
   const requests = strings(resources.requests);
-  return { ...(limits === undefined ? {} : { limits }), ...(requests === undefined ? {} : { requests }) };
+  return {
+    ...(limits === undefined ? {} : { limits }),
+    ...(requests === undefined ? {} : { requests }),
+  };
 }
 
 export function desiredService(server: PolicyServer, options: PolicyServerOptions): V1Service {
   const name = server.metadata.name;
   return {
-    apiVersion: "v1",
-    kind: "Service",
+    apiVersion: 'v1',
+    kind: 'Service',
     metadata: {
       name: policyServerResourceName(name),
       namespace: options.namespace,
@@ -128,38 +152,65 @@ export function desiredService(server: PolicyServer, options: PolicyServerOption
     },
     spec: {
       selector: { [POLICY_SERVER_LABEL]: name },
-      ports: [{ name: "https", port: POLICY_SERVER_SERVICE_PORT, targetPort: "https", protocol: "TCP" }],
+      ports: [
+        { name: 'https', port: POLICY_SERVER_SERVICE_PORT, targetPort: 'https', protocol: 'TCP' },
+      ],
     },
   };
 }
 
 /** What kstatus says about the Deployment, in the PolicyServer's own words. */
-function readinessFrom(server: PolicyServer, deployment: Deployment | undefined, now: Date): Readiness {
+function readinessFrom(
+  server: PolicyServer,
+  deployment: Deployment | undefined,
+  now: Date,
+): Readiness {
   if (deployment === undefined) {
-    return { state: "Reconciling", reason: "DeploymentNotFound", message: "Creating the policy-server Deployment" };
+    return {
+      state: 'Reconciling',
+      reason: 'DeploymentNotFound',
+      message: 'Creating the policy-server Deployment',
+    };
   }
-  const container = deployment.spec?.template?.spec?.containers?.find((c) => c.name === POLICY_SERVER_CONTAINER);
-  if (deployment.spec?.replicas !== server.spec.replicas || container?.image !== server.spec.image) {
-    return { state: "Reconciling", reason: "DeploymentOutOfDate", message: "Applying the policy-server Deployment" };
+  const container = deployment.spec?.template?.spec?.containers?.find(
+    (c) => c.name === POLICY_SERVER_CONTAINER,
+  );
+  if (
+    deployment.spec?.replicas !== server.spec.replicas ||
+    container?.image !== server.spec.image
+  ) {
+    return {
+      state: 'Reconciling',
+      reason: 'DeploymentOutOfDate',
+      message: 'Applying the policy-server Deployment',
+    };
   }
   const result = computeStatus(deployment, { now });
   const abnormal = result.conditions[0];
   switch (result.status) {
-    case "Current":
-      return { state: "Ready", reason: "Available", message: result.message };
-    case "Failed":
+    case 'Current':
+      return { state: 'Ready', reason: 'Available', message: result.message };
+    case 'Failed':
       return {
-        state: "Stalled",
-        reason: toValidReason(abnormal?.reason ?? "", "DeploymentFailed"),
+        state: 'Stalled',
+        reason: toValidReason(abnormal?.reason ?? '', 'DeploymentFailed'),
         message: abnormal?.message || result.message,
       };
-    case "InProgress":
-      return { state: "Reconciling", reason: toValidReason(abnormal?.reason ?? "", "RollingOut"), message: result.message };
-    case "Terminating":
-      return { state: "Reconciling", reason: "DeploymentTerminating", message: "The policy-server Deployment is being deleted" };
-    case "NotFound":
-    case "Unknown":
-      return { state: "Reconciling", reason: "DeploymentStatusUnknown", message: result.message };
+    case 'InProgress':
+      return {
+        state: 'Reconciling',
+        reason: toValidReason(abnormal?.reason ?? '', 'RollingOut'),
+        message: result.message,
+      };
+    case 'Terminating':
+      return {
+        state: 'Reconciling',
+        reason: 'DeploymentTerminating',
+        message: 'The policy-server Deployment is being deleted',
+      };
+    case 'NotFound':
+    case 'Unknown':
+      return { state: 'Reconciling', reason: 'DeploymentStatusUnknown', message: result.message };
   }
 }
 

@@ -24,26 +24,26 @@ import type {
   V1LabelSelector,
   V1ValidatingWebhookConfiguration,
   AdmissionregistrationV1WebhookClientConfig,
-} from "@kubernetes/client-node";
+} from '@kubernetes/client-node';
 import {
   API_VERSION,
   MANAGED_BY,
   MANAGED_BY_LABEL,
   POLICY_LABEL,
   SERVED_GENERATION_ANNOTATION,
-} from "../api/constants.ts";
-import type { ObjectMeta } from "../api/kube.ts";
-import type { LabelSelector, Policy, PolicyServer } from "../api/v1alpha1.ts";
-import { POLICY_SERVER_SERVICE_PORT, policyServerResourceName } from "./policyserver-core.ts";
+} from '../api/constants.ts';
+import type { ObjectMeta } from '../api/kube.ts';
+import type { LabelSelector, Policy, PolicyServer } from '../api/v1alpha1.ts';
+import { POLICY_SERVER_SERVICE_PORT, policyServerResourceName } from './policyserver-core.ts';
 
 /** What the Policy core wants of the webhook. */
 export type WebhookIntent =
   /** Present, enforcing the current spec, whose generation is fully loaded. */
-  | { kind: "serve"; generation: number }
+  | { kind: 'serve'; generation: number }
   /** Leave the webhook as it is (present with an older generation, or absent). */
-  | { kind: "keep" }
+  | { kind: 'keep' }
   /** No webhook: nothing was ever fully loaded. */
-  | { kind: "absent" };
+  | { kind: 'absent' };
 
 export interface WebhookOptions {
   /** rollcall's namespace: the policy servers' Services live here, and every webhook excludes it. */
@@ -64,12 +64,12 @@ export interface ExistingWebhook {
 }
 
 export type WebhookPlan =
-  | { action: "create"; webhook: V1ValidatingWebhookConfiguration }
-  | { action: "update"; webhook: V1ValidatingWebhookConfiguration }
-  | { action: "keep" }
-  | { action: "delete"; name: string };
+  | { action: 'create'; webhook: V1ValidatingWebhookConfiguration }
+  | { action: 'update'; webhook: V1ValidatingWebhookConfiguration }
+  | { action: 'keep' }
+  | { action: 'delete'; name: string };
 
-export const NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name";
+export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
 
 export function webhookConfigurationName(policyName: string): string {
   return `rollcall-${policyName}`;
@@ -84,9 +84,12 @@ export function webhookPath(policyName: string): string {
  * from a deleted Policy of the same name (other owner uid), or with no readable
  * annotation, serves nothing we can vouch for.
  */
-export function servedGenerationOf(existing: ExistingWebhook | undefined, policy: Policy): number | undefined {
+export function servedGenerationOf(
+  existing: ExistingWebhook | undefined,
+  policy: Policy,
+): number | undefined {
   if (existing === undefined) return undefined;
-  const owner = existing.metadata?.ownerReferences?.find((ref) => ref.kind === "Policy");
+  const owner = existing.metadata?.ownerReferences?.find((ref) => ref.kind === 'Policy');
   if (owner === undefined || owner.uid !== policy.metadata.uid) return undefined;
   const raw = existing.metadata?.annotations?.[SERVED_GENERATION_ANNOTATION];
   if (raw === undefined || !/^[0-9]+$/.test(raw)) return undefined;
@@ -94,21 +97,28 @@ export function servedGenerationOf(existing: ExistingWebhook | undefined, policy
 }
 
 /** The policy's namespaceSelector, ANDed with "not rollcall's namespace". */
-export function namespaceSelectorExcluding(selector: LabelSelector | undefined, namespace: string): V1LabelSelector {
+export function namespaceSelectorExcluding(
+  selector: LabelSelector | undefined,
+  namespace: string,
+): V1LabelSelector {
   return {
     ...(selector?.matchLabels === undefined ? {} : { matchLabels: selector.matchLabels }),
     matchExpressions: [
       ...(selector?.matchExpressions ?? []),
-      { key: NAMESPACE_NAME_LABEL, operator: "NotIn", values: [namespace] },
+      { key: NAMESPACE_NAME_LABEL, operator: 'NotIn', values: [namespace] },
     ],
   };
 }
 
-function clientConfig(policy: Policy, server: PolicyServer, options: WebhookOptions): AdmissionregistrationV1WebhookClientConfig {
+function clientConfig(
+  policy: Policy,
+  server: PolicyServer,
+  options: WebhookOptions,
+): AdmissionregistrationV1WebhookClientConfig {
   const path = webhookPath(policy.metadata.name);
   const caBundle = options.caBundle ?? server.spec.caBundle;
   const ca = caBundle === undefined ? {} : { caBundle };
-  if (options.url !== undefined) return { url: `${options.url.replace(/\/+$/, "")}${path}`, ...ca };
+  if (options.url !== undefined) return { url: `${options.url.replace(/\/+$/, '')}${path}`, ...ca };
   return {
     service: {
       namespace: options.namespace,
@@ -132,23 +142,29 @@ export function buildWebhookConfiguration(
   const name = policy.metadata.name;
   const { spec } = policy;
   return {
-    apiVersion: "admissionregistration.k8s.io/v1",
-    kind: "ValidatingWebhookConfiguration",
+    apiVersion: 'admissionregistration.k8s.io/v1',
+    kind: 'ValidatingWebhookConfiguration',
     metadata: {
       name: webhookConfigurationName(name),
       labels: { [MANAGED_BY_LABEL]: MANAGED_BY, [POLICY_LABEL]: name },
       annotations: { [SERVED_GENERATION_ANNOTATION]: String(policy.metadata.generation ?? 0) },
       ownerReferences: [
-        { apiVersion: API_VERSION, kind: "Policy", name, uid: policy.metadata.uid ?? "", controller: true },
+        {
+          apiVersion: API_VERSION,
+          kind: 'Policy',
+          name,
+          uid: policy.metadata.uid ?? '',
+          controller: true,
+        },
       ],
     },
     webhooks: [
       {
         name: `${name}.policies.rollcall.dev`,
-        admissionReviewVersions: ["v1"],
-        sideEffects: "None",
-        failurePolicy: spec.mode === "monitor" ? "Ignore" : spec.failurePolicy,
-        matchPolicy: "Equivalent",
+        admissionReviewVersions: ['v1'],
+        sideEffects: 'None',
+        failurePolicy: spec.mode === 'monitor' ? 'Ignore' : spec.failurePolicy,
+        matchPolicy: 'Equivalent',
         timeoutSeconds: spec.timeoutSeconds,
         rules: spec.rules.map((rule) => ({
           operations: [...rule.operations],
@@ -176,23 +192,32 @@ export interface WebhookPlanInput {
 }
 
 /** Turns the Policy core's intent into one action on the webhook configuration. */
-export function planWebhook({ policy, policyServer, intent, existing, options }: WebhookPlanInput): WebhookPlan {
+export function planWebhook({
+  policy,
+  policyServer,
+  intent,
+  existing,
+  options,
+}: WebhookPlanInput): WebhookPlan {
   const managed = existing?.metadata?.labels?.[MANAGED_BY_LABEL] === MANAGED_BY;
   const remove = (): WebhookPlan =>
     existing !== undefined && managed && existing.metadata?.name !== undefined
-      ? { action: "delete", name: existing.metadata.name }
-      : { action: "keep" };
+      ? { action: 'delete', name: existing.metadata.name }
+      : { action: 'keep' };
 
   // Owner references delete it too, but only once the garbage collector gets there.
   if (policy === undefined) return remove();
-  if (intent.kind === "absent") return remove();
+  if (intent.kind === 'absent') return remove();
   // A webhook of a deleted namesake Policy enforces rules nobody asked for.
-  if (intent.kind === "keep") return existing && servedGenerationOf(existing, policy) === undefined ? remove() : { action: "keep" };
-  if (policyServer === undefined) return { action: "keep" };
+  if (intent.kind === 'keep')
+    return existing && servedGenerationOf(existing, policy) === undefined
+      ? remove()
+      : { action: 'keep' };
+  if (policyServer === undefined) return { action: 'keep' };
 
   const desired = buildWebhookConfiguration(policy, policyServer, options);
-  if (existing === undefined) return { action: "create", webhook: desired };
-  return isSubset(desired, existing) ? { action: "keep" } : { action: "update", webhook: desired };
+  if (existing === undefined) return { action: 'create', webhook: desired };
+  return isSubset(desired, existing) ? { action: 'keep' } : { action: 'update', webhook: desired };
 }
 
 /**
@@ -209,8 +234,8 @@ export function isSubset(desired: unknown, actual: unknown): boolean {
       desired.every((item, index) => isSubset(item, actual[index]))
     );
   }
-  if (typeof desired === "object" && desired !== null) {
-    if (typeof actual !== "object" || actual === null || Array.isArray(actual)) return false;
+  if (typeof desired === 'object' && desired !== null) {
+    if (typeof actual !== 'object' || actual === null || Array.isArray(actual)) return false;
     const fields = actual as Record<string, unknown>;
     return Object.entries(desired).every(([key, value]) => isSubset(value, fields[key]));
   }

@@ -14,13 +14,22 @@
  *
  * It never throws: a malformed status yields Unknown with the reason as message.
  */
-import { conditionsOf, field, findCondition, isObject, MalformedObjectError, optionalInt, stringField } from "./fields.ts";
-import { groupKindKey, inProgress, KIND_RULES } from "./kinds.ts";
-import type { ComputeOptions, KStatus, KStatusResult } from "./types.ts";
+import {
+  conditionsOf,
+  field,
+  findCondition,
+  isObject,
+  MalformedObjectError,
+  optionalInt,
+  stringField,
+} from './fields.ts';
+import { groupKindKey, inProgress, KIND_RULES } from './kinds.ts';
+import type { ComputeOptions, KStatus, KStatusResult } from './types.ts';
 
 export function computeStatus(obj: unknown, options: ComputeOptions): KStatusResult {
-  if (obj === undefined || obj === null) return { status: "NotFound", message: "Resource not found", conditions: [] };
-  if (!isObject(obj)) return unknown("resource is not an object");
+  if (obj === undefined || obj === null)
+    return { status: 'NotFound', message: 'Resource not found', conditions: [] };
+  if (!isObject(obj)) return unknown('resource is not an object');
   try {
     return genericStatus(obj) ?? kindStatus(obj, options);
   } catch (error) {
@@ -30,33 +39,33 @@ export function computeStatus(obj: unknown, options: ComputeOptions): KStatusRes
 }
 
 function unknown(message: string): KStatusResult {
-  return { status: "Unknown", message, conditions: [] };
+  return { status: 'Unknown', message, conditions: [] };
 }
 
 function genericStatus(obj: Record<string, unknown>): KStatusResult | undefined {
-  const deletion = field(obj, "metadata.deletionTimestamp");
-  if (deletion !== undefined && deletion !== null && deletion !== "") {
-    return { status: "Terminating", message: "Resource scheduled for deletion", conditions: [] };
+  const deletion = field(obj, 'metadata.deletionTimestamp');
+  if (deletion !== undefined && deletion !== null && deletion !== '') {
+    return { status: 'Terminating', message: 'Resource scheduled for deletion', conditions: [] };
   }
 
-  const generation = optionalInt(obj, "metadata.generation");
-  const observed = optionalInt(obj, "status.observedGeneration");
+  const generation = optionalInt(obj, 'metadata.generation');
+  const observed = optionalInt(obj, 'status.observedGeneration');
   // Objects without either field (many CRs, core objects) simply skip this check.
   if (generation !== undefined && observed !== undefined && generation !== observed) {
-    const kind = stringField(obj, "kind", "Resource");
+    const kind = stringField(obj, 'kind', 'Resource');
     return inProgress(
-      "LatestGenerationNotObserved",
+      'LatestGenerationNotObserved',
       `${kind} generation is ${generation}, but latest observed generation is ${observed}`,
     );
   }
 
   for (const c of conditionsOf(obj)) {
-    if (c.status !== "True") continue;
-    if (c.type === "Reconciling" || c.type === "Stalled") {
+    if (c.status !== 'True') continue;
+    if (c.type === 'Reconciling' || c.type === 'Stalled') {
       return {
-        status: c.type === "Reconciling" ? "InProgress" : "Failed",
+        status: c.type === 'Reconciling' ? 'InProgress' : 'Failed',
         message: c.message,
-        conditions: [{ type: c.type, status: "True", reason: c.reason, message: c.message }],
+        conditions: [{ type: c.type, status: 'True', reason: c.reason, message: c.message }],
       };
     }
   }
@@ -64,14 +73,15 @@ function genericStatus(obj: Record<string, unknown>): KStatusResult | undefined 
 }
 
 function kindStatus(obj: Record<string, unknown>, options: ComputeOptions): KStatusResult {
-  const rule = KIND_RULES[groupKindKey(stringField(obj, "apiVersion", ""), stringField(obj, "kind", ""))];
+  const rule =
+    KIND_RULES[groupKindKey(stringField(obj, 'apiVersion', ''), stringField(obj, 'kind', ''))];
   if (rule) return rule(obj, options);
 
-  const ready = findCondition(conditionsOf(obj), "Ready");
-  if (ready && ready.status !== "True") {
-    return inProgress(ready.reason || "NotReady", ready.message || "Resource is not Ready");
+  const ready = findCondition(conditionsOf(obj), 'Ready');
+  if (ready && ready.status !== 'True') {
+    return inProgress(ready.reason || 'NotReady', ready.message || 'Resource is not Ready');
   }
-  return { status: "Current", message: "Resource is current", conditions: [] };
+  return { status: 'Current', message: 'Resource is current', conditions: [] };
 }
 
 /**
@@ -79,9 +89,12 @@ function kindStatus(obj: Record<string, unknown>, options: ComputeOptions): KSta
  * else any Unknown → Unknown; all `desired` → `desired`; else InProgress.
  * An empty set has reached `desired`.
  */
-export function aggregateStatus(statuses: readonly KStatus[], desired: KStatus = "Current"): KStatus {
-  if (statuses.includes("Failed")) return "Failed";
-  if (statuses.includes("Unknown")) return "Unknown";
+export function aggregateStatus(
+  statuses: readonly KStatus[],
+  desired: KStatus = 'Current',
+): KStatus {
+  if (statuses.includes('Failed')) return 'Failed';
+  if (statuses.includes('Unknown')) return 'Unknown';
   if (statuses.every((s) => s === desired)) return desired;
-  return "InProgress";
+  return 'InProgress';
 }

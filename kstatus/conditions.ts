@@ -11,13 +11,13 @@
  *
  * All functions are pure: they return new arrays and take the clock as an argument.
  */
-import type { Condition } from "../api/v1alpha1.ts";
+import type { Condition } from '../api/v1alpha1.ts';
 
 export const REASON_PATTERN = /^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$/;
 export const REASON_MAX_LENGTH = 1024;
 export const MESSAGE_MAX_BYTES = 32768;
 
-export type ConditionStatus = "True" | "False" | "Unknown";
+export type ConditionStatus = 'True' | 'False' | 'Unknown';
 
 export interface ConditionInput {
   type: string;
@@ -36,15 +36,15 @@ export function isValidReason(reason: string): boolean {
  */
 export function toValidReason(reason: string, fallback: string): string {
   const cleaned = reason
-    .replace(/[^A-Za-z0-9_,:]/g, "_")
-    .replace(/^[^A-Za-z]+/, "")
-    .replace(/[,:]+$/, "")
+    .replace(/[^A-Za-z0-9_,:]/g, '_')
+    .replace(/^[^A-Za-z]+/, '')
+    .replace(/[,:]+$/, '')
     .slice(0, REASON_MAX_LENGTH)
-    .replace(/[,:]+$/, "");
+    .replace(/[,:]+$/, '');
   return isValidReason(cleaned) ? cleaned : fallback;
 }
 
-const ELLIPSIS = "…";
+const ELLIPSIS = '…';
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -58,7 +58,10 @@ export function truncateUtf8(message: string, maxBytes: number = MESSAGE_MAX_BYT
   return decoder.decode(bytes.subarray(0, end)) + ELLIPSIS;
 }
 
-export function findCondition(conditions: readonly Condition[] | undefined, type: string): Condition | undefined {
+export function findCondition(
+  conditions: readonly Condition[] | undefined,
+  type: string,
+): Condition | undefined {
   return conditions?.find((c) => c.type === type);
 }
 
@@ -73,7 +76,9 @@ export function setCondition(
   now: Date,
 ): Condition[] {
   if (!isValidReason(input.reason)) {
-    throw new TypeError(`condition reason ${JSON.stringify(input.reason)} does not match ${REASON_PATTERN}`);
+    throw new TypeError(
+      `condition reason ${JSON.stringify(input.reason)} does not match ${REASON_PATTERN}`,
+    );
   }
   const message = truncateUtf8(input.message);
   const previous = findCondition(conditions, input.type);
@@ -97,15 +102,18 @@ export function setCondition(
   return list;
 }
 
-export function removeCondition(conditions: readonly Condition[] | undefined, type: string): Condition[] {
+export function removeCondition(
+  conditions: readonly Condition[] | undefined,
+  type: string,
+): Condition[] {
   return (conditions ?? []).filter((c) => c.type !== type);
 }
 
 /** The three states kstatus distinguishes, each with why. */
 export type Readiness =
-  | { state: "Ready"; reason: string; message: string }
-  | { state: "Reconciling"; reason: string; message: string }
-  | { state: "Stalled"; reason: string; message: string };
+  | { state: 'Ready'; reason: string; message: string }
+  | { state: 'Reconciling'; reason: string; message: string }
+  | { state: 'Stalled'; reason: string; message: string };
 
 /**
  * Sets Ready, Reconciling and Stalled together so they are always consistent:
@@ -121,27 +129,34 @@ export function setReadiness(
   const { state, reason, message } = readiness;
   let list = setCondition(
     conditions,
-    { type: "Ready", status: state === "Ready" ? "True" : "False", reason, message },
+    { type: 'Ready', status: state === 'Ready' ? 'True' : 'False', reason, message },
     observedGeneration,
     now,
   );
-  for (const abnormal of ["Reconciling", "Stalled"] as const) {
+  for (const abnormal of ['Reconciling', 'Stalled'] as const) {
     list =
       state === abnormal
-        ? setCondition(list, { type: abnormal, status: "True", reason, message }, observedGeneration, now)
+        ? setCondition(
+            list,
+            { type: abnormal, status: 'True', reason, message },
+            observedGeneration,
+            now,
+          )
         : removeCondition(list, abnormal);
   }
   const rank = (c: Condition): number => {
-    const index = ["Ready", "Reconciling", "Stalled"].indexOf(c.type);
+    const index = ['Ready', 'Reconciling', 'Stalled'].indexOf(c.type);
     return index === -1 ? 3 : index;
   };
   return list.sort((a, b) => rank(a) - rank(b));
 }
 
 /** The readiness the conditions describe, if they follow the rules above. */
-export function readinessOf(conditions: readonly Condition[] | undefined): Readiness["state"] | undefined {
-  if (findCondition(conditions, "Ready")?.status === "True") return "Ready";
-  if (findCondition(conditions, "Stalled")?.status === "True") return "Stalled";
-  if (findCondition(conditions, "Reconciling")?.status === "True") return "Reconciling";
+export function readinessOf(
+  conditions: readonly Condition[] | undefined,
+): Readiness['state'] | undefined {
+  if (findCondition(conditions, 'Ready')?.status === 'True') return 'Ready';
+  if (findCondition(conditions, 'Stalled')?.status === 'True') return 'Stalled';
+  if (findCondition(conditions, 'Reconciling')?.status === 'True') return 'Reconciling';
   return undefined;
 }

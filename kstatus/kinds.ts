@@ -2,8 +2,17 @@
  * Per-kind readiness rules, one small function per kind, following kstatus' core.go.
  * They run only when the generic rules (generic.ts) reached no decision.
  */
-import { conditionsOf, findCondition, intField, isObject, field, MalformedObjectError, optionalInt, stringField } from "./fields.ts";
-import type { ComputeOptions, KStatusResult } from "./types.ts";
+import {
+  conditionsOf,
+  findCondition,
+  intField,
+  isObject,
+  field,
+  MalformedObjectError,
+  optionalInt,
+  stringField,
+} from './fields.ts';
+import type { ComputeOptions, KStatusResult } from './types.ts';
 
 export type KindRule = (obj: unknown, options: ComputeOptions) => KStatusResult;
 
@@ -13,159 +22,179 @@ export const SCHEDULE_WINDOW_MS = 15_000;
 const INT32_MAX = 2147483647;
 
 export function current(message: string): KStatusResult {
-  return { status: "Current", message, conditions: [] };
+  return { status: 'Current', message, conditions: [] };
 }
 
 export function inProgress(reason: string, message: string): KStatusResult {
-  return { status: "InProgress", message, conditions: [{ type: "Reconciling", status: "True", reason, message }] };
+  return {
+    status: 'InProgress',
+    message,
+    conditions: [{ type: 'Reconciling', status: 'True', reason, message }],
+  };
 }
 
 export function failed(reason: string, message: string): KStatusResult {
-  return { status: "Failed", message, conditions: [{ type: "Stalled", status: "True", reason, message }] };
+  return {
+    status: 'Failed',
+    message,
+    conditions: [{ type: 'Stalled', status: 'True', reason, message }],
+  };
 }
 
-const alwaysReady: KindRule = () => current("Resource is always ready");
+const alwaysReady: KindRule = () => current('Resource is always ready');
 
 const service: KindRule = (obj) => {
-  const type = stringField(obj, "spec.type", "ClusterIP");
-  if (type === "LoadBalancer" && stringField(obj, "spec.clusterIP", "") === "") {
-    return inProgress("NoIPAssigned", "ClusterIP not set. Service type: LoadBalancer");
+  const type = stringField(obj, 'spec.type', 'ClusterIP');
+  if (type === 'LoadBalancer' && stringField(obj, 'spec.clusterIP', '') === '') {
+    return inProgress('NoIPAssigned', 'ClusterIP not set. Service type: LoadBalancer');
   }
-  return current("Service is ready");
+  return current('Service is ready');
 };
 
 const pod: KindRule = (obj, { now }) => {
   const conditions = conditionsOf(obj);
-  const phase = stringField(obj, "status.phase", "");
+  const phase = stringField(obj, 'status.phase', '');
   switch (phase) {
-    case "Succeeded":
-      return current("Pod has completed successfully");
-    case "Failed":
+    case 'Succeeded':
+      return current('Pod has completed successfully');
+    case 'Failed':
       // A finished pod is as done as it will get: kstatus reports it Current.
-      return current("Pod has completed, but not successfully");
-    case "Running": {
-      if (findCondition(conditions, "Ready", "True")) return current("Pod is Ready");
+      return current('Pod has completed, but not successfully');
+    case 'Running': {
+      if (findCondition(conditions, 'Ready', 'True')) return current('Pod is Ready');
       const crashLooping = crashLoopingContainers(obj);
       if (crashLooping.length > 0) {
-        return failed("ContainerCrashLooping", `Containers in CrashLoop state: ${crashLooping.join(",")}`);
+        return failed(
+          'ContainerCrashLooping',
+          `Containers in CrashLoop state: ${crashLooping.join(',')}`,
+        );
       }
-      return inProgress("PodRunningNotReady", "Pod is running but is not Ready");
+      return inProgress('PodRunningNotReady', 'Pod is running but is not Ready');
     }
-    case "Pending": {
-      const scheduled = findCondition(conditions, "PodScheduled", "False");
-      if (scheduled?.reason === "Unschedulable") {
-        const created = Date.parse(stringField(obj, "metadata.creationTimestamp", ""));
+    case 'Pending': {
+      const scheduled = findCondition(conditions, 'PodScheduled', 'False');
+      if (scheduled?.reason === 'Unschedulable') {
+        const created = Date.parse(stringField(obj, 'metadata.creationTimestamp', ''));
         // No creation time means we cannot tell how long it has waited: it is not young.
         if (!Number.isNaN(created) && now.getTime() - SCHEDULE_WINDOW_MS < created) {
-          return inProgress("PodNotScheduled", "Pod has not been scheduled");
+          return inProgress('PodNotScheduled', 'Pod has not been scheduled');
         }
-        return failed("PodUnschedulable", "Pod could not be scheduled");
+        return failed('PodUnschedulable', 'Pod could not be scheduled');
       }
-      return inProgress("PodPending", "Pod is in the Pending phase");
+      return inProgress('PodPending', 'Pod is in the Pending phase');
     }
-    case "":
-      return inProgress("PodNotObserved", "Pod phase not available");
+    case '':
+      return inProgress('PodNotObserved', 'Pod phase not available');
     default:
       throw new MalformedObjectError(`unknown phase ${phase}`);
   }
 };
 
 function crashLoopingContainers(obj: unknown): string[] {
-  const statuses = field(obj, "status.containerStatuses");
+  const statuses = field(obj, 'status.containerStatuses');
   if (!Array.isArray(statuses)) return [];
   return statuses
-    .filter((cs) => isObject(cs) && field(cs, "state.waiting.reason") === "CrashLoopBackOff")
-    .map((cs) => stringField(cs, "name", ""))
-    .filter((name) => name !== "");
+    .filter((cs) => isObject(cs) && field(cs, 'state.waiting.reason') === 'CrashLoopBackOff')
+    .map((cs) => stringField(cs, 'name', ''))
+    .filter((name) => name !== '');
 }
 
 const persistentVolumeClaim: KindRule = (obj) => {
-  const phase = stringField(obj, "status.phase", "unknown");
-  if (phase !== "Bound") return inProgress("NotBound", `PVC is not Bound. phase: ${phase}`);
-  return current("PVC is Bound");
+  const phase = stringField(obj, 'status.phase', 'unknown');
+  if (phase !== 'Bound') return inProgress('NotBound', `PVC is not Bound. phase: ${phase}`);
+  return current('PVC is Bound');
 };
 
 const statefulSet: KindRule = (obj) => {
   // OnDelete means the user rolls pods by hand: nothing for us to wait for.
-  if (stringField(obj, "spec.updateStrategy.type", "") === "OnDelete") {
-    return current("StatefulSet is using the ondelete update strategy");
+  if (stringField(obj, 'spec.updateStrategy.type', '') === 'OnDelete') {
+    return current('StatefulSet is using the ondelete update strategy');
   }
-  const specReplicas = intField(obj, "spec.replicas", 1);
-  const ready = intField(obj, "status.readyReplicas", 0);
-  const currentReplicas = intField(obj, "status.currentReplicas", 0);
-  const updated = intField(obj, "status.updatedReplicas", 0);
-  const statusReplicas = intField(obj, "status.replicas", 0);
-  const partition = intField(obj, "spec.updateStrategy.rollingUpdate.partition", -1);
+  const specReplicas = intField(obj, 'spec.replicas', 1);
+  const ready = intField(obj, 'status.readyReplicas', 0);
+  const currentReplicas = intField(obj, 'status.currentReplicas', 0);
+  const updated = intField(obj, 'status.updatedReplicas', 0);
+  const statusReplicas = intField(obj, 'status.replicas', 0);
+  const partition = intField(obj, 'spec.updateStrategy.rollingUpdate.partition', -1);
 
-  if (specReplicas > statusReplicas) return inProgress("LessReplicas", `Replicas: ${statusReplicas}/${specReplicas}`);
-  if (specReplicas > ready) return inProgress("LessReady", `Ready: ${ready}/${specReplicas}`);
+  if (specReplicas > statusReplicas)
+    return inProgress('LessReplicas', `Replicas: ${statusReplicas}/${specReplicas}`);
+  if (specReplicas > ready) return inProgress('LessReady', `Ready: ${ready}/${specReplicas}`);
   if (statusReplicas > specReplicas) {
-    return inProgress("ExtraPods", `Pending termination: ${statusReplicas - specReplicas}`);
+    return inProgress('ExtraPods', `Pending termination: ${statusReplicas - specReplicas}`);
   }
   if (partition !== -1) {
     if (updated < specReplicas - partition) {
-      return inProgress("PartitionRollout", `updated: ${updated}/${specReplicas - partition}`);
+      return inProgress('PartitionRollout', `updated: ${updated}/${specReplicas - partition}`);
     }
     return current(`Partition rollout complete. updated: ${updated}`);
   }
-  if (specReplicas > currentReplicas) return inProgress("LessCurrent", `current: ${currentReplicas}/${specReplicas}`);
-  if (stringField(obj, "status.currentRevision", "") !== stringField(obj, "status.updateRevision", "")) {
-    return inProgress("RevisionMismatch", "Waiting for updated revision to match current");
+  if (specReplicas > currentReplicas)
+    return inProgress('LessCurrent', `current: ${currentReplicas}/${specReplicas}`);
+  if (
+    stringField(obj, 'status.currentRevision', '') !== stringField(obj, 'status.updateRevision', '')
+  ) {
+    return inProgress('RevisionMismatch', 'Waiting for updated revision to match current');
   }
   return current(`All replicas scheduled as expected. Replicas: ${statusReplicas}`);
 };
 
 const deployment: KindRule = (obj) => {
   // Without progressDeadlineSeconds the controller never sets Progressing, so it cannot gate.
-  let progressing = intField(obj, "spec.progressDeadlineSeconds", INT32_MAX) === INT32_MAX;
+  let progressing = intField(obj, 'spec.progressDeadlineSeconds', INT32_MAX) === INT32_MAX;
   let available = false;
   for (const c of conditionsOf(obj)) {
-    if (c.type === "Progressing") {
-      if (c.reason === "ProgressDeadlineExceeded") {
+    if (c.type === 'Progressing') {
+      if (c.reason === 'ProgressDeadlineExceeded') {
         return {
-          status: "Failed",
-          message: "Progress deadline exceeded",
-          conditions: [{ type: "Stalled", status: "True", reason: c.reason, message: c.message }],
+          status: 'Failed',
+          message: 'Progress deadline exceeded',
+          conditions: [{ type: 'Stalled', status: 'True', reason: c.reason, message: c.message }],
         };
       }
-      if (c.status === "True" && c.reason === "NewReplicaSetAvailable") progressing = true;
-    } else if (c.type === "Available" && c.status === "True") {
+      if (c.status === 'True' && c.reason === 'NewReplicaSetAvailable') progressing = true;
+    } else if (c.type === 'Available' && c.status === 'True') {
       available = true;
     }
   }
-  const specReplicas = intField(obj, "spec.replicas", 1);
-  const statusReplicas = intField(obj, "status.replicas", 0);
-  const updated = intField(obj, "status.updatedReplicas", 0);
-  const ready = intField(obj, "status.readyReplicas", 0);
-  const availableReplicas = intField(obj, "status.availableReplicas", 0);
+  const specReplicas = intField(obj, 'spec.replicas', 1);
+  const statusReplicas = intField(obj, 'status.replicas', 0);
+  const updated = intField(obj, 'status.updatedReplicas', 0);
+  const ready = intField(obj, 'status.readyReplicas', 0);
+  const availableReplicas = intField(obj, 'status.availableReplicas', 0);
 
-  if (specReplicas > statusReplicas) return inProgress("LessReplicas", `Replicas: ${statusReplicas}/${specReplicas}`);
-  if (specReplicas > updated) return inProgress("LessUpdated", `Updated: ${updated}/${specReplicas}`);
+  if (specReplicas > statusReplicas)
+    return inProgress('LessReplicas', `Replicas: ${statusReplicas}/${specReplicas}`);
+  if (specReplicas > updated)
+    return inProgress('LessUpdated', `Updated: ${updated}/${specReplicas}`);
   if (statusReplicas > specReplicas) {
-    return inProgress("ExtraPods", `Pending termination: ${statusReplicas - specReplicas}`);
+    return inProgress('ExtraPods', `Pending termination: ${statusReplicas - specReplicas}`);
   }
-  if (updated > availableReplicas) return inProgress("LessAvailable", `Available: ${availableReplicas}/${updated}`);
-  if (specReplicas > ready) return inProgress("LessReady", `Ready: ${ready}/${specReplicas}`);
-  if (!progressing) return inProgress("ReplicaSetNotAvailable", "ReplicaSet not Available");
-  if (!available) return inProgress("DeploymentNotAvailable", "Deployment not Available");
+  if (updated > availableReplicas)
+    return inProgress('LessAvailable', `Available: ${availableReplicas}/${updated}`);
+  if (specReplicas > ready) return inProgress('LessReady', `Ready: ${ready}/${specReplicas}`);
+  if (!progressing) return inProgress('ReplicaSetNotAvailable', 'ReplicaSet not Available');
+  if (!available) return inProgress('DeploymentNotAvailable', 'Deployment not Available');
   return current(`Deployment is available. Replicas: ${statusReplicas}`);
 };
 
 const replicaSet: KindRule = (obj) => {
-  if (findCondition(conditionsOf(obj), "ReplicaFailure", "True")) {
-    return inProgress("ReplicaFailure", "Replica Failure condition. Check Pods");
+  if (findCondition(conditionsOf(obj), 'ReplicaFailure', 'True')) {
+    return inProgress('ReplicaFailure', 'Replica Failure condition. Check Pods');
   }
-  const specReplicas = intField(obj, "spec.replicas", 1);
-  const statusReplicas = intField(obj, "status.replicas", 0);
-  const ready = intField(obj, "status.readyReplicas", 0);
-  const available = intField(obj, "status.availableReplicas", 0);
-  const labelled = intField(obj, "status.fullyLabeledReplicas", 0);
+  const specReplicas = intField(obj, 'spec.replicas', 1);
+  const statusReplicas = intField(obj, 'status.replicas', 0);
+  const ready = intField(obj, 'status.readyReplicas', 0);
+  const available = intField(obj, 'status.availableReplicas', 0);
+  const labelled = intField(obj, 'status.fullyLabeledReplicas', 0);
 
-  if (specReplicas > labelled) return inProgress("LessLabelled", `Labelled: ${labelled}/${specReplicas}`);
-  if (specReplicas > available) return inProgress("LessAvailable", `Available: ${available}/${specReplicas}`);
-  if (specReplicas > ready) return inProgress("LessReady", `Ready: ${ready}/${specReplicas}`);
+  if (specReplicas > labelled)
+    return inProgress('LessLabelled', `Labelled: ${labelled}/${specReplicas}`);
+  if (specReplicas > available)
+    return inProgress('LessAvailable', `Available: ${available}/${specReplicas}`);
+  if (specReplicas > ready) return inProgress('LessReady', `Ready: ${ready}/${specReplicas}`);
   if (statusReplicas > specReplicas) {
-    return inProgress("ExtraPods", `Pending termination: ${statusReplicas - specReplicas}`);
+    return inProgress('ExtraPods', `Pending termination: ${statusReplicas - specReplicas}`);
   }
   return current(`ReplicaSet is available. Replicas: ${statusReplicas}`);
 };
@@ -173,25 +202,27 @@ const replicaSet: KindRule = (obj) => {
 const daemonSet: KindRule = (obj) => {
   // The generic check skips an absent observedGeneration; once the DaemonSet controller
   // has acted both fields exist, so their absence means "not observed yet".
-  const kind = stringField(obj, "kind", "DaemonSet");
-  if (optionalInt(obj, "metadata.generation") === undefined) {
+  const kind = stringField(obj, 'kind', 'DaemonSet');
+  if (optionalInt(obj, 'metadata.generation') === undefined) {
     const message = `${kind} metadata.generation not found`;
-    return inProgress("NoGeneration", message);
+    return inProgress('NoGeneration', message);
   }
-  if (optionalInt(obj, "status.observedGeneration") === undefined) {
-    return inProgress("NoObservedGeneration", `${kind} status.observedGeneration not found`);
+  if (optionalInt(obj, 'status.observedGeneration') === undefined) {
+    return inProgress('NoObservedGeneration', `${kind} status.observedGeneration not found`);
   }
-  const desired = intField(obj, "status.desiredNumberScheduled", -1);
-  const currentScheduled = intField(obj, "status.currentNumberScheduled", 0);
-  const updated = intField(obj, "status.updatedNumberScheduled", 0);
-  const available = intField(obj, "status.numberAvailable", 0);
-  const ready = intField(obj, "status.numberReady", 0);
+  const desired = intField(obj, 'status.desiredNumberScheduled', -1);
+  const currentScheduled = intField(obj, 'status.currentNumberScheduled', 0);
+  const updated = intField(obj, 'status.updatedNumberScheduled', 0);
+  const available = intField(obj, 'status.numberAvailable', 0);
+  const ready = intField(obj, 'status.numberReady', 0);
 
-  if (desired === -1) return inProgress("NoDesiredNumber", "Missing .status.desiredNumberScheduled");
-  if (desired > currentScheduled) return inProgress("LessCurrent", `Current: ${currentScheduled}/${desired}`);
-  if (desired > updated) return inProgress("LessUpdated", `Updated: ${updated}/${desired}`);
-  if (desired > available) return inProgress("LessAvailable", `Available: ${available}/${desired}`);
-  if (desired > ready) return inProgress("LessReady", `Ready: ${ready}/${desired}`);
+  if (desired === -1)
+    return inProgress('NoDesiredNumber', 'Missing .status.desiredNumberScheduled');
+  if (desired > currentScheduled)
+    return inProgress('LessCurrent', `Current: ${currentScheduled}/${desired}`);
+  if (desired > updated) return inProgress('LessUpdated', `Updated: ${updated}/${desired}`);
+  if (desired > available) return inProgress('LessAvailable', `Available: ${available}/${desired}`);
+  if (desired > ready) return inProgress('LessReady', `Ready: ${ready}/${desired}`);
   return current(`All replicas scheduled as expected. Replicas: ${desired}`);
 };
 
@@ -199,34 +230,37 @@ const daemonSet: KindRule = (obj) => {
  * The generic generation check already ran, and the disruption controller sets no
  * conditions, so an observed PDB is as current as kstatus can tell.
  */
-const podDisruptionBudget: KindRule = () => current("AllowedDisruptions has been computed.");
+const podDisruptionBudget: KindRule = () => current('AllowedDisruptions has been computed.');
 
 const job: KindRule = (obj) => {
-  const parallelism = intField(obj, "spec.parallelism", 1);
-  const completions = intField(obj, "spec.completions", parallelism);
-  const succeeded = intField(obj, "status.succeeded", 0);
-  const active = intField(obj, "status.active", 0);
-  const failedPods = intField(obj, "status.failed", 0);
+  const parallelism = intField(obj, 'spec.parallelism', 1);
+  const completions = intField(obj, 'spec.completions', parallelism);
+  const succeeded = intField(obj, 'status.succeeded', 0);
+  const active = intField(obj, 'status.active', 0);
+  const failedPods = intField(obj, 'status.failed', 0);
   for (const c of conditionsOf(obj)) {
-    if (c.status !== "True") continue;
-    if (c.type === "Complete") return current(`Job Completed. succeeded: ${succeeded}/${completions}`);
-    if (c.type === "Failed") return failed("JobFailed", `Job Failed. failed: ${failedPods}/${completions}`);
+    if (c.status !== 'True') continue;
+    if (c.type === 'Complete')
+      return current(`Job Completed. succeeded: ${succeeded}/${completions}`);
+    if (c.type === 'Failed')
+      return failed('JobFailed', `Job Failed. failed: ${failedPods}/${completions}`);
     // A suspended job is not converging, nor is it waiting on anything.
-    if (c.type === "Suspended") return current("Job is suspended");
+    if (c.type === 'Suspended') return current('Job is suspended');
   }
-  if (stringField(obj, "status.startTime", "") === "") return inProgress("JobNotStarted", "Job not started");
+  if (stringField(obj, 'status.startTime', '') === '')
+    return inProgress('JobNotStarted', 'Job not started');
   return current(`Job in progress. success:${succeeded}, active: ${active}, failed: ${failedPods}`);
 };
 
 const customResourceDefinition: KindRule = (obj) => {
   for (const c of conditionsOf(obj)) {
-    if (c.type === "NamesAccepted" && c.status === "False") return failed(c.reason, c.message);
-    if (c.type === "Established") {
-      if (c.status === "False" && c.reason !== "Installing") return failed(c.reason, c.message);
-      if (c.status === "True") return current("CRD is established");
+    if (c.type === 'NamesAccepted' && c.status === 'False') return failed(c.reason, c.message);
+    if (c.type === 'Established') {
+      if (c.status === 'False' && c.reason !== 'Installing') return failed(c.reason, c.message);
+      if (c.status === 'True') return current('CRD is established');
     }
   }
-  return inProgress("Installing", "Install in progress");
+  return inProgress('Installing', 'Install in progress');
 };
 
 /** Keyed by `group/Kind`, or just `Kind` for the core group. */
@@ -236,20 +270,20 @@ export const KIND_RULES: Readonly<Record<string, KindRule>> = {
   Secret: alwaysReady,
   ConfigMap: alwaysReady,
   PersistentVolumeClaim: persistentVolumeClaim,
-  "apps/StatefulSet": statefulSet,
-  "apps/DaemonSet": daemonSet,
-  "extensions/DaemonSet": daemonSet,
-  "apps/Deployment": deployment,
-  "extensions/Deployment": deployment,
-  "apps/ReplicaSet": replicaSet,
-  "extensions/ReplicaSet": replicaSet,
-  "policy/PodDisruptionBudget": podDisruptionBudget,
-  "batch/Job": job,
-  "batch/CronJob": alwaysReady,
-  "apiextensions.k8s.io/CustomResourceDefinition": customResourceDefinition,
+  'apps/StatefulSet': statefulSet,
+  'apps/DaemonSet': daemonSet,
+  'extensions/DaemonSet': daemonSet,
+  'apps/Deployment': deployment,
+  'extensions/Deployment': deployment,
+  'apps/ReplicaSet': replicaSet,
+  'extensions/ReplicaSet': replicaSet,
+  'policy/PodDisruptionBudget': podDisruptionBudget,
+  'batch/Job': job,
+  'batch/CronJob': alwaysReady,
+  'apiextensions.k8s.io/CustomResourceDefinition': customResourceDefinition,
 };
 
 export function groupKindKey(apiVersion: string, kind: string): string {
-  const slash = apiVersion.indexOf("/");
+  const slash = apiVersion.indexOf('/');
   return slash === -1 ? kind : `${apiVersion.slice(0, slash)}/${kind}`;
 }

@@ -8,14 +8,21 @@
  * - NotFound: it does not exist.
  * - Unknown: its state cannot be read (malformed status, unknown pod phase, ...).
  */
-export type KStatus = "InProgress" | "Failed" | "Current" | "Terminating" | "NotFound" | "Unknown";
+export type KStatus = 'InProgress' | 'Failed' | 'Current' | 'Terminating' | 'NotFound' | 'Unknown';
 
-export const KSTATUSES: readonly KStatus[] = ["InProgress", "Failed", "Current", "Terminating", "NotFound", "Unknown"];
+export const KSTATUSES: readonly KStatus[] = [
+  'InProgress',
+  'Failed',
+  'Current',
+  'Terminating',
+  'NotFound',
+  'Unknown',
+];
 
 /** The abnormal-true conditions kstatus reports: at most one, always status "True". */
 export interface KStatusCondition {
-  type: "Reconciling" | "Stalled";
-  status: "True";
+  type: 'Reconciling' | 'Stalled';
+  status: 'True';
   reason: string;
   message: string;
 }

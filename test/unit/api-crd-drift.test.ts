@@ -3,17 +3,17 @@
  * CRDs in deploy/crds must describe the same fields: same property names at every
  * depth, same types, required lists, enums and defaults.
  */
-import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
-import { describe, test } from "node:test";
-import { parse } from "yaml";
-import { z } from "zod";
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { describe, test } from 'node:test';
+import { parse } from 'yaml';
+import { z } from 'zod';
 import {
   policyServerSpecSchema,
   policyServerStatusSchema,
   policySpecSchema,
   policyStatusSchema,
-} from "../../api/v1alpha1.ts";
+} from '../../api/v1alpha1.ts';
 
 type Schema = {
   type?: string;
@@ -24,32 +24,41 @@ type Schema = {
   enum?: unknown[];
   default?: unknown;
   anyOf?: Schema[];
-  "x-kubernetes-int-or-string"?: boolean;
-  "x-kubernetes-preserve-unknown-fields"?: boolean;
+  'x-kubernetes-int-or-string'?: boolean;
+  'x-kubernetes-preserve-unknown-fields'?: boolean;
 };
 
 function crdSchema(file: string): Schema {
-  const crd = parse(readFileSync(new URL(`../../deploy/crds/${file}`, import.meta.url), "utf8"));
+  const crd = parse(readFileSync(new URL(`../../deploy/crds/${file}`, import.meta.url), 'utf8'));
   return crd.spec.versions[0].schema.openAPIV3Schema as Schema;
 }
 
 function zodSchema(schema: z.ZodType): Schema {
-  return z.toJSONSchema(schema, { io: "input", unrepresentable: "any" }) as Schema;
+  return z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Schema;
 }
 
 /** Every difference between the two schemas, as "path: what differs". */
 function differences(crd: Schema, zod: Schema, path: string): string[] {
   const out: string[] = [];
   const typeOf = (s: Schema) =>
-    s["x-kubernetes-int-or-string"] || s.anyOf?.map((a) => a.type).sort().join("|") === "integer|string"
-      ? "int-or-string"
+    s['x-kubernetes-int-or-string'] ||
+    s.anyOf
+      ?.map((a) => a.type)
+      .sort()
+      .join('|') === 'integer|string'
+      ? 'int-or-string'
       : s.type;
-  if (typeOf(crd) !== typeOf(zod)) out.push(`${path}: type ${typeOf(crd)} in the CRD, ${typeOf(zod)} in zod`);
+  if (typeOf(crd) !== typeOf(zod))
+    out.push(`${path}: type ${typeOf(crd)} in the CRD, ${typeOf(zod)} in zod`);
   if (JSON.stringify(crd.enum) !== JSON.stringify(zod.enum)) {
-    out.push(`${path}: enum ${JSON.stringify(crd.enum)} in the CRD, ${JSON.stringify(zod.enum)} in zod`);
+    out.push(
+      `${path}: enum ${JSON.stringify(crd.enum)} in the CRD, ${JSON.stringify(zod.enum)} in zod`,
+    );
   }
   if (JSON.stringify(crd.default) !== JSON.stringify(zod.default)) {
-    out.push(`${path}: default ${JSON.stringify(crd.default)} in the CRD, ${JSON.stringify(zod.default)} in zod`);
+    out.push(
+      `${path}: default ${JSON.stringify(crd.default)} in the CRD, ${JSON.stringify(zod.default)} in zod`,
+    );
   }
   const crdRequired = [...(crd.required ?? [])].sort();
   const zodRequired = [...(zod.required ?? [])].sort();
@@ -58,8 +67,10 @@ function differences(crd: Schema, zod: Schema, path: string): string[] {
   }
   const crdProps = Object.keys(crd.properties ?? {});
   const zodProps = Object.keys(zod.properties ?? {});
-  for (const name of crdProps.filter((p) => !zodProps.includes(p))) out.push(`${path}.${name}: only in the CRD`);
-  for (const name of zodProps.filter((p) => !crdProps.includes(p))) out.push(`${path}.${name}: only in zod`);
+  for (const name of crdProps.filter((p) => !zodProps.includes(p)))
+    out.push(`${path}.${name}: only in the CRD`);
+  for (const name of zodProps.filter((p) => !crdProps.includes(p)))
+    out.push(`${path}.${name}: only in zod`);
   for (const name of crdProps.filter((p) => zodProps.includes(p))) {
     out.push(...differences(crd.properties![name]!, zod.properties![name]!, `${path}.${name}`));
   }
@@ -67,23 +78,39 @@ function differences(crd: Schema, zod: Schema, path: string): string[] {
     if (!crd.items || !zod.items) out.push(`${path}[]: items in only one schema`);
     else out.push(...differences(crd.items, zod.items, `${path}[]`));
   }
-  const crdMap = typeof crd.additionalProperties === "object" ? crd.additionalProperties : undefined;
-  const zodMap = typeof zod.additionalProperties === "object" ? zod.additionalProperties : undefined;
+  const crdMap =
+    typeof crd.additionalProperties === 'object' ? crd.additionalProperties : undefined;
+  const zodMap =
+    typeof zod.additionalProperties === 'object' ? zod.additionalProperties : undefined;
   // A free-form object (settings) is preserve-unknown-fields in the CRD, record<unknown> in zod.
   if (crdMap && zodMap) out.push(...differences(crdMap, zodMap, `${path}{}`));
   else if (crdMap && !zodMap) out.push(`${path}{}: map values only typed in the CRD`);
-  else if (zodMap && Object.keys(zodMap).length > 0 && !crd["x-kubernetes-preserve-unknown-fields"]) {
+  else if (
+    zodMap &&
+    Object.keys(zodMap).length > 0 &&
+    !crd['x-kubernetes-preserve-unknown-fields']
+  ) {
     out.push(`${path}{}: map values only typed in zod`);
   }
   return out;
 }
 
-describe("the zod schemas and the CRDs describe the same API", () => {
+describe('the zod schemas and the CRDs describe the same API', () => {
   const rows = [
-    { name: "Policy spec", file: "policies.yaml", field: "spec", schema: policySpecSchema },
-    { name: "Policy status", file: "policies.yaml", field: "status", schema: policyStatusSchema },
-    { name: "PolicyServer spec", file: "policyservers.yaml", field: "spec", schema: policyServerSpecSchema },
-    { name: "PolicyServer status", file: "policyservers.yaml", field: "status", schema: policyServerStatusSchema },
+    { name: 'Policy spec', file: 'policies.yaml', field: 'spec', schema: policySpecSchema },
+    { name: 'Policy status', file: 'policies.yaml', field: 'status', schema: policyStatusSchema },
+    {
+      name: 'PolicyServer spec',
+      file: 'policyservers.yaml',
+      field: 'spec',
+      schema: policyServerSpecSchema,
+    },
+    {
+      name: 'PolicyServer status',
+      file: 'policyservers.yaml',
+      field: 'status',
+      schema: policyServerStatusSchema,
+    },
   ];
   for (const row of rows) {
     test(`${row.name} has the same fields, types, enums, defaults and required lists`, () => {
@@ -93,16 +120,19 @@ describe("the zod schemas and the CRDs describe the same API", () => {
     });
   }
 
-  test("the comparison notices a field missing from zod", () => {
-    const crd = crdSchema("policies.yaml").properties!["spec"]!;
-    const diffs = differences(crd, zodSchema(policySpecSchema.omit({ mode: true })), "spec");
-    assert.ok(diffs.includes("spec.mode: only in the CRD"), diffs.join("\n"));
+  test('the comparison notices a field missing from zod', () => {
+    const crd = crdSchema('policies.yaml').properties!['spec']!;
+    const diffs = differences(crd, zodSchema(policySpecSchema.omit({ mode: true })), 'spec');
+    assert.ok(diffs.includes('spec.mode: only in the CRD'), diffs.join('\n'));
   });
 
-  test("the comparison notices a changed enum deep inside a list", () => {
-    const crd = structuredClone(crdSchema("policies.yaml").properties!["spec"]!);
-    crd.properties!["rules"]!.items!.properties!["scope"]!.enum = ["Cluster"];
-    const diffs = differences(crd, zodSchema(policySpecSchema), "spec");
-    assert.ok(diffs.some((d) => d.startsWith("spec.rules[].scope: enum")), diffs.join("\n"));
+  test('the comparison notices a changed enum deep inside a list', () => {
+    const crd = structuredClone(crdSchema('policies.yaml').properties!['spec']!);
+    crd.properties!['rules']!.items!.properties!['scope']!.enum = ['Cluster'];
+    const diffs = differences(crd, zodSchema(policySpecSchema), 'spec');
+    assert.ok(
+      diffs.some((d) => d.startsWith('spec.rules[].scope: enum')),
+      diffs.join('\n'),
+    );
   });
 });

@@ -1,142 +1,223 @@
-import assert from "node:assert/strict";
-import { describe, test } from "node:test";
-import type { Deployment } from "../../api/kube.ts";
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { Deployment } from '../../api/kube.ts';
 import {
   computePolicyServerStatus,
   desiredDeployment,
   desiredService,
   planPolicyServer,
-} from "../../functions/policyserver-core.ts";
-import { aDeployment, aPolicyServer, NAMESPACE, NOW } from "../fixtures/builders.ts";
+} from '../../functions/policyserver-core.ts';
+import { aDeployment, aPolicyServer, NAMESPACE, NOW } from '../fixtures/builders.ts';
 
 const server = aPolicyServer({
   spec: {
-    serviceAccountName: "policy-server",
-    env: [{ name: "LOG_LEVEL", value: "debug" }],
-    resources: { limits: { cpu: 1, memory: "256Mi" } },
+    serviceAccountName: 'policy-server',
+    env: [{ name: 'LOG_LEVEL', value: 'debug' }],
+    resources: { limits: { cpu: 1, memory: '256Mi' } },
   },
 });
 const options = { namespace: NAMESPACE };
 
-describe("desiredDeployment", () => {
+describe('desiredDeployment', () => {
   const deployment = desiredDeployment(server, options);
   const pod = deployment.spec?.template.spec;
   const container = pod?.containers[0];
 
   test("is named after the server, in rollcall's namespace, owned by the PolicyServer", () => {
-    assert.equal(deployment.metadata?.name, "policy-server-default");
+    assert.equal(deployment.metadata?.name, 'policy-server-default');
     assert.equal(deployment.metadata?.namespace, NAMESPACE);
     assert.deepEqual(deployment.metadata?.ownerReferences, [
-      { apiVersion: "rollcall.dev/v1alpha1", kind: "PolicyServer", name: "default", uid: "uid-ps-default", controller: true },
+      {
+        apiVersion: 'rollcall.dev/v1alpha1',
+        kind: 'PolicyServer',
+        name: 'default',
+        uid: 'uid-ps-default',
+        controller: true,
+      },
     ]);
   });
 
-  test("labels its pods with the server name, which its selector matches", () => {
-    assert.deepEqual(deployment.spec?.selector.matchLabels, { "rollcall.dev/policy-server": "default" });
-    assert.equal(deployment.spec?.template.metadata?.labels?.["rollcall.dev/policy-server"], "default");
+  test('labels its pods with the server name, which its selector matches', () => {
+    assert.deepEqual(deployment.spec?.selector.matchLabels, {
+      'rollcall.dev/policy-server': 'default',
+    });
+    assert.equal(
+      deployment.spec?.template.metadata?.labels?.['rollcall.dev/policy-server'],
+      'default',
+    );
   });
 
-  test("copies replicas, progress deadline, image and service account from the spec", () => {
+  test('copies replicas, progress deadline, image and service account from the spec', () => {
     assert.equal(deployment.spec?.replicas, 3);
     assert.equal(deployment.spec?.progressDeadlineSeconds, 600);
-    assert.equal(container?.image, "ghcr.io/rollcall/policy-server:v1");
-    assert.equal(pod?.serviceAccountName, "policy-server");
+    assert.equal(container?.image, 'ghcr.io/rollcall/policy-server:v1');
+    assert.equal(pod?.serviceAccountName, 'policy-server');
   });
 
   test("gives each pod POD_NAME, POD_NAMESPACE and POLICY_SERVER after the user's env", () => {
     assert.deepEqual(container?.env, [
-      { name: "LOG_LEVEL", value: "debug" },
-      { name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
-      { name: "POD_NAMESPACE", valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } } },
-      { name: "POLICY_SERVER", value: "default" },
+      { name: 'LOG_LEVEL', value: 'debug' },
+      { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
+      { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+      { name: 'POLICY_SERVER', value: 'default' },
     ]);
   });
 
-  test("has an HTTPS readiness probe on the serving port", () => {
-    assert.deepEqual(container?.readinessProbe?.httpGet, { path: "/readyz", port: "https", scheme: "HTTPS" });
-    assert.deepEqual(container?.ports, [{ name: "https", containerPort: 8443, protocol: "TCP" }]);
+  test('has an HTTPS readiness probe on the serving port', () => {
+    assert.deepEqual(container?.readinessProbe?.httpGet, {
+      path: '/readyz',
+      port: 'https',
+      scheme: 'HTTPS',
+    });
+    assert.deepEqual(container?.ports, [{ name: 'https', containerPort: 8443, protocol: 'TCP' }]);
   });
 
-  test("writes integer resource quantities as strings", () => {
-    assert.deepEqual(container?.resources, { limits: { cpu: "1", memory: "256Mi" } });
+  test('writes integer resource quantities as strings', () => {
+    assert.deepEqual(container?.resources, { limits: { cpu: '1', memory: '256Mi' } });
   });
 
-  test("leaves out what the spec leaves out", () => {
+  test('leaves out what the spec leaves out', () => {
     const minimal = desiredDeployment(aPolicyServer(), options).spec?.template.spec;
-    assert.ok(!("serviceAccountName" in (minimal ?? {})));
-    assert.ok(!("resources" in (minimal?.containers[0] ?? {})));
+    assert.ok(!('serviceAccountName' in (minimal ?? {})));
+    assert.ok(!('resources' in (minimal?.containers[0] ?? {})));
   });
 });
 
-describe("desiredService", () => {
+describe('desiredService', () => {
   const service = desiredService(server, options);
   test("selects the server's pods and maps port 443 to the container's https port", () => {
-    assert.equal(service.metadata?.name, "policy-server-default");
-    assert.deepEqual(service.spec?.selector, { "rollcall.dev/policy-server": "default" });
-    assert.deepEqual(service.spec?.ports, [{ name: "https", port: 443, targetPort: "https", protocol: "TCP" }]);
-    assert.equal(service.metadata?.ownerReferences?.[0]?.uid, "uid-ps-default");
+    assert.equal(service.metadata?.name, 'policy-server-default');
+    assert.deepEqual(service.spec?.selector, { 'rollcall.dev/policy-server': 'default' });
+    assert.deepEqual(service.spec?.ports, [
+      { name: 'https', port: 443, targetPort: 'https', protocol: 'TCP' },
+    ]);
+    assert.equal(service.metadata?.ownerReferences?.[0]?.uid, 'uid-ps-default');
   });
 });
 
-function rolledOut(status: Deployment["status"], extra: Partial<Deployment> = {}): Deployment {
+function rolledOut(status: Deployment['status'], extra: Partial<Deployment> = {}): Deployment {
   const base = aDeployment(server);
-  return { ...base, ...extra, spec: { ...base.spec, progressDeadlineSeconds: 600 }, status: { observedGeneration: 1, ...status } };
+  return {
+    ...base,
+    ...extra,
+    spec: { ...base.spec, progressDeadlineSeconds: 600 },
+    status: { observedGeneration: 1, ...status },
+  };
 }
 
 describe("computePolicyServerStatus follows the Deployment's kstatus", () => {
   const available = [
-    { type: "Progressing", status: "True", reason: "NewReplicaSetAvailable" },
-    { type: "Available", status: "True" },
+    { type: 'Progressing', status: 'True', reason: 'NewReplicaSetAvailable' },
+    { type: 'Available', status: 'True' },
   ];
-  const rows: { name: string; deployment: Deployment | undefined; conditions: string[]; ready?: string }[] = [
-    { name: "no Deployment yet is Reconciling", deployment: undefined, conditions: ["Ready=False/DeploymentNotFound", "Reconciling=True/DeploymentNotFound"], ready: "0/3" },
+  const rows: {
+    name: string;
+    deployment: Deployment | undefined;
+    conditions: string[];
+    ready?: string;
+  }[] = [
     {
-      name: "a fully rolled-out Deployment is Ready",
-      deployment: rolledOut({ replicas: 3, updatedReplicas: 3, readyReplicas: 3, availableReplicas: 3, conditions: available }),
-      conditions: ["Ready=True/Available"],
-      ready: "3/3",
+      name: 'no Deployment yet is Reconciling',
+      deployment: undefined,
+      conditions: ['Ready=False/DeploymentNotFound', 'Reconciling=True/DeploymentNotFound'],
+      ready: '0/3',
+    },
+    {
+      name: 'a fully rolled-out Deployment is Ready',
+      deployment: rolledOut({
+        replicas: 3,
+        updatedReplicas: 3,
+        readyReplicas: 3,
+        availableReplicas: 3,
+        conditions: available,
+      }),
+      conditions: ['Ready=True/Available'],
+      ready: '3/3',
     },
     {
       name: "a Deployment with too few ready replicas is Reconciling with kstatus' reason",
-      deployment: rolledOut({ replicas: 3, updatedReplicas: 3, readyReplicas: 1, availableReplicas: 3, conditions: available }),
-      conditions: ["Ready=False/LessReady", "Reconciling=True/LessReady"],
-      ready: "1/3",
+      deployment: rolledOut({
+        replicas: 3,
+        updatedReplicas: 3,
+        readyReplicas: 1,
+        availableReplicas: 3,
+        conditions: available,
+      }),
+      conditions: ['Ready=False/LessReady', 'Reconciling=True/LessReady'],
+      ready: '1/3',
     },
     {
-      name: "ProgressDeadlineExceeded is Stalled",
+      name: 'ProgressDeadlineExceeded is Stalled',
       deployment: rolledOut({
         replicas: 3,
         updatedReplicas: 1,
-        conditions: [{ type: "Progressing", status: "False", reason: "ProgressDeadlineExceeded", message: 'ReplicaSet "x" has timed out progressing.' }],
+        conditions: [
+          {
+            type: 'Progressing',
+            status: 'False',
+            reason: 'ProgressDeadlineExceeded',
+            message: 'ReplicaSet "x" has timed out progressing.',
+          },
+        ],
       }),
-      conditions: ["Ready=False/ProgressDeadlineExceeded", "Stalled=True/ProgressDeadlineExceeded"],
+      conditions: ['Ready=False/ProgressDeadlineExceeded', 'Stalled=True/ProgressDeadlineExceeded'],
     },
     {
-      name: "a Deployment whose latest generation is not observed is Reconciling",
-      deployment: rolledOut({ observedGeneration: 0, replicas: 3, updatedReplicas: 3, readyReplicas: 3, availableReplicas: 3, conditions: available }),
-      conditions: ["Ready=False/LatestGenerationNotObserved", "Reconciling=True/LatestGenerationNotObserved"],
+      name: 'a Deployment whose latest generation is not observed is Reconciling',
+      deployment: rolledOut({
+        observedGeneration: 0,
+        replicas: 3,
+        updatedReplicas: 3,
+        readyReplicas: 3,
+        availableReplicas: 3,
+        conditions: available,
+      }),
+      conditions: [
+        'Ready=False/LatestGenerationNotObserved',
+        'Reconciling=True/LatestGenerationNotObserved',
+      ],
     },
     {
-      name: "a Deployment still at the old replica count is Reconciling until it is applied",
-      deployment: { ...aDeployment(server), spec: { replicas: 1, template: { spec: { containers: [{ name: "policy-server", image: server.spec.image }] } } } },
-      conditions: ["Ready=False/DeploymentOutOfDate", "Reconciling=True/DeploymentOutOfDate"],
+      name: 'a Deployment still at the old replica count is Reconciling until it is applied',
+      deployment: {
+        ...aDeployment(server),
+        spec: {
+          replicas: 1,
+          template: { spec: { containers: [{ name: 'policy-server', image: server.spec.image }] } },
+        },
+      },
+      conditions: ['Ready=False/DeploymentOutOfDate', 'Reconciling=True/DeploymentOutOfDate'],
     },
     {
-      name: "a terminating Deployment is Reconciling",
-      deployment: rolledOut({}, { metadata: { ...aDeployment(server).metadata, deletionTimestamp: "2024-05-01T11:00:00Z" } }),
-      conditions: ["Ready=False/DeploymentTerminating", "Reconciling=True/DeploymentTerminating"],
+      name: 'a terminating Deployment is Reconciling',
+      deployment: rolledOut(
+        {},
+        {
+          metadata: { ...aDeployment(server).metadata, deletionTimestamp: '2024-05-01T11:00:00Z' },
+        },
+      ),
+      conditions: ['Ready=False/DeploymentTerminating', 'Reconciling=True/DeploymentTerminating'],
     },
     {
-      name: "a Deployment with an unreadable status is Reconciling, not a crash",
-      deployment: rolledOut({ conditions: "broken" as unknown as [] }),
-      conditions: ["Ready=False/DeploymentStatusUnknown", "Reconciling=True/DeploymentStatusUnknown"],
+      name: 'a Deployment with an unreadable status is Reconciling, not a crash',
+      deployment: rolledOut({ conditions: 'broken' as unknown as [] }),
+      conditions: [
+        'Ready=False/DeploymentStatusUnknown',
+        'Reconciling=True/DeploymentStatusUnknown',
+      ],
     },
   ];
   for (const row of rows) {
     test(row.name, () => {
       const status = computePolicyServerStatus(server, row.deployment, NOW);
-      assert.deepEqual(status.conditions?.map((c) => `${c.type}=${c.status}/${c.reason}`), row.conditions);
-      assert.equal(status.summary, row.conditions.length === 1 ? "Ready" : row.conditions[1]?.split("=")[0]);
+      assert.deepEqual(
+        status.conditions?.map((c) => `${c.type}=${c.status}/${c.reason}`),
+        row.conditions,
+      );
+      assert.equal(
+        status.summary,
+        row.conditions.length === 1 ? 'Ready' : row.conditions[1]?.split('=')[0],
+      );
       assert.equal(status.observedGeneration, 1);
       if (row.ready) assert.equal(status.ready, row.ready);
     });
@@ -147,7 +228,7 @@ describe("computePolicyServerStatus follows the Deployment's kstatus", () => {
     assert.equal(status.conditions?.[0]?.message, 'ReplicaSet "x" has timed out progressing.');
   });
 
-  test("replica counts are copied from the Deployment", () => {
+  test('replica counts are copied from the Deployment', () => {
     const status = computePolicyServerStatus(
       server,
       rolledOut({ replicas: 4, updatedReplicas: 2, readyReplicas: 3, availableReplicas: 1 }),
@@ -159,10 +240,10 @@ describe("computePolicyServerStatus follows the Deployment's kstatus", () => {
     );
   });
 
-  test("planPolicyServer bundles manifests and status for one reconcile", () => {
+  test('planPolicyServer bundles manifests and status for one reconcile', () => {
     const plan = planPolicyServer(server, undefined, options, NOW);
-    assert.equal(plan.deployment.kind, "Deployment");
-    assert.equal(plan.service.kind, "Service");
-    assert.equal(plan.status.summary, "Reconciling");
+    assert.equal(plan.deployment.kind, 'Deployment');
+    assert.equal(plan.service.kind, 'Service');
+    assert.equal(plan.status.summary, 'Reconciling');
   });
 });

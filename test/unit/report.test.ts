@@ -1,81 +1,166 @@
-import assert from "node:assert/strict";
-import { describe, test } from "node:test";
-import { readReplicaReport } from "../../api/report.ts";
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { readReplicaReport } from '../../api/report.ts';
 
-const entry = (fields: Record<string, unknown>) => JSON.stringify({ "require-labels": fields });
+const entry = (fields: Record<string, unknown>) => JSON.stringify({ 'require-labels': fields });
 
-describe("readReplicaReport accepts well-formed reports", () => {
-  test("the example from DESIGN.md reads whole", () => {
+describe('readReplicaReport accepts well-formed reports', () => {
+  test('the example from DESIGN.md reads whole', () => {
     const raw = JSON.stringify({
-      "require-labels": { generation: 4, state: "Loaded" },
-      "deny-latest": { generation: 2, state: "Failed", message: "module download failed: 404", serving: 1 },
+      'require-labels': { generation: 4, state: 'Loaded' },
+      'deny-latest': {
+        generation: 2,
+        state: 'Failed',
+        message: 'module download failed: 404',
+        serving: 1,
+      },
     });
     assert.deepEqual(readReplicaReport(raw), {
-      kind: "valid",
+      kind: 'valid',
       report: {
-        "require-labels": { generation: 4, state: "Loaded" },
-        "deny-latest": { generation: 2, state: "Failed", message: "module download failed: 404", serving: 1 },
+        'require-labels': { generation: 4, state: 'Loaded' },
+        'deny-latest': {
+          generation: 2,
+          state: 'Failed',
+          message: 'module download failed: 404',
+          serving: 1,
+        },
       },
     });
   });
 
-  test("an empty object is a valid report of nothing loaded", () => {
-    assert.deepEqual(readReplicaReport("{}"), { kind: "valid", report: {} });
+  test('an empty object is a valid report of nothing loaded', () => {
+    assert.deepEqual(readReplicaReport('{}'), { kind: 'valid', report: {} });
   });
 
-  test("a missing annotation means the pod has not reported", () => {
-    assert.deepEqual(readReplicaReport(undefined), { kind: "absent" });
+  test('a missing annotation means the pod has not reported', () => {
+    assert.deepEqual(readReplicaReport(undefined), { kind: 'absent' });
   });
 
-  test("a message of exactly 1024 characters is accepted", () => {
-    assert.equal(readReplicaReport(entry({ generation: 1, state: "Failed", message: "x".repeat(1024) })).kind, "valid");
+  test('a message of exactly 1024 characters is accepted', () => {
+    assert.equal(
+      readReplicaReport(entry({ generation: 1, state: 'Failed', message: 'x'.repeat(1024) })).kind,
+      'valid',
+    );
   });
 });
 
-describe("readReplicaReport rejects malformed reports whole, with a clear reason", () => {
-  const huge = JSON.stringify({ p: { generation: 1, state: "Failed", message: "x".repeat(1000) }, pad: "y".repeat(65536) });
+describe('readReplicaReport rejects malformed reports whole, with a clear reason', () => {
+  const huge = JSON.stringify({
+    p: { generation: 1, state: 'Failed', message: 'x'.repeat(1000) },
+    pad: 'y'.repeat(65536),
+  });
   const table: { name: string; raw: string; reason: RegExp }[] = [
-    { name: "truncated JSON", raw: '{"require-labels": {"generation": 4', reason: /not valid JSON/ },
-    { name: "an empty string", raw: "", reason: /not valid JSON/ },
-    { name: "YAML instead of JSON", raw: "require-labels:\n  generation: 4", reason: /not valid JSON/ },
-    { name: "JSON null", raw: "null", reason: /must be a JSON object.*null/ },
-    { name: "a JSON array", raw: '[{"generation": 1, "state": "Loaded"}]', reason: /must be a JSON object.*array/ },
-    { name: "a JSON string", raw: '"Loaded"', reason: /must be a JSON object.*string/ },
-    { name: "a JSON number", raw: "42", reason: /must be a JSON object.*number/ },
-    { name: "an entry that is a string", raw: JSON.stringify({ "require-labels": "Loaded" }), reason: /wrong types: require-labels/ },
-    { name: "a generation given as a string", raw: entry({ generation: "4", state: "Loaded" }), reason: /require-labels\.generation/ },
-    { name: "a fractional generation", raw: entry({ generation: 1.5, state: "Loaded" }), reason: /require-labels\.generation/ },
-    { name: "a zero generation", raw: entry({ generation: 0, state: "Loaded" }), reason: /require-labels\.generation/ },
-    { name: "an unknown state", raw: entry({ generation: 1, state: "Ready" }), reason: /require-labels\.state/ },
-    { name: "a missing state", raw: entry({ generation: 1 }), reason: /require-labels\.state/ },
-    { name: "a missing generation", raw: entry({ state: "Loaded" }), reason: /require-labels\.generation/ },
-    { name: "a message that is not a string", raw: entry({ generation: 1, state: "Failed", message: 404 }), reason: /require-labels\.message/ },
-    { name: "a message over 1024 characters", raw: entry({ generation: 1, state: "Failed", message: "x".repeat(1025) }), reason: /require-labels\.message/ },
-    { name: "an unknown field", raw: entry({ generation: 1, state: "Loaded", loaded: true }), reason: /loaded/ },
-    { name: "serving on a Loaded entry", raw: entry({ generation: 2, state: "Loaded", serving: 1 }), reason: /serving: only allowed when state is Failed/ },
-    { name: "serving a generation not older than the failed one", raw: entry({ generation: 2, state: "Failed", serving: 2 }), reason: /serving: must be older/ },
-    { name: "an empty policy name", raw: JSON.stringify({ "": { generation: 1, state: "Loaded" } }), reason: /wrong types/ },
-    { name: "a report over 64 KiB", raw: huge, reason: /over the 65536-byte limit/ },
-    { name: "one bad entry among good ones", raw: JSON.stringify({ a: { generation: 1, state: "Loaded" }, b: { generation: -1, state: "Loaded" } }), reason: /b\.generation/ },
+    {
+      name: 'truncated JSON',
+      raw: '{"require-labels": {"generation": 4',
+      reason: /not valid JSON/,
+    },
+    { name: 'an empty string', raw: '', reason: /not valid JSON/ },
+    {
+      name: 'YAML instead of JSON',
+      raw: 'require-labels:\n  generation: 4',
+      reason: /not valid JSON/,
+    },
+    { name: 'JSON null', raw: 'null', reason: /must be a JSON object.*null/ },
+    {
+      name: 'a JSON array',
+      raw: '[{"generation": 1, "state": "Loaded"}]',
+      reason: /must be a JSON object.*array/,
+    },
+    { name: 'a JSON string', raw: '"Loaded"', reason: /must be a JSON object.*string/ },
+    { name: 'a JSON number', raw: '42', reason: /must be a JSON object.*number/ },
+    {
+      name: 'an entry that is a string',
+      raw: JSON.stringify({ 'require-labels': 'Loaded' }),
+      reason: /wrong types: require-labels/,
+    },
+    {
+      name: 'a generation given as a string',
+      raw: entry({ generation: '4', state: 'Loaded' }),
+      reason: /require-labels\.generation/,
+    },
+    {
+      name: 'a fractional generation',
+      raw: entry({ generation: 1.5, state: 'Loaded' }),
+      reason: /require-labels\.generation/,
+    },
+    {
+      name: 'a zero generation',
+      raw: entry({ generation: 0, state: 'Loaded' }),
+      reason: /require-labels\.generation/,
+    },
+    {
+      name: 'an unknown state',
+      raw: entry({ generation: 1, state: 'Ready' }),
+      reason: /require-labels\.state/,
+    },
+    { name: 'a missing state', raw: entry({ generation: 1 }), reason: /require-labels\.state/ },
+    {
+      name: 'a missing generation',
+      raw: entry({ state: 'Loaded' }),
+      reason: /require-labels\.generation/,
+    },
+    {
+      name: 'a message that is not a string',
+      raw: entry({ generation: 1, state: 'Failed', message: 404 }),
+      reason: /require-labels\.message/,
+    },
+    {
+      name: 'a message over 1024 characters',
+      raw: entry({ generation: 1, state: 'Failed', message: 'x'.repeat(1025) }),
+      reason: /require-labels\.message/,
+    },
+    {
+      name: 'an unknown field',
+      raw: entry({ generation: 1, state: 'Loaded', loaded: true }),
+      reason: /loaded/,
+    },
+    {
+      name: 'serving on a Loaded entry',
+      raw: entry({ generation: 2, state: 'Loaded', serving: 1 }),
+      reason: /serving: only allowed when state is Failed/,
+    },
+    {
+      name: 'serving a generation not older than the failed one',
+      raw: entry({ generation: 2, state: 'Failed', serving: 2 }),
+      reason: /serving: must be older/,
+    },
+    {
+      name: 'an empty policy name',
+      raw: JSON.stringify({ '': { generation: 1, state: 'Loaded' } }),
+      reason: /wrong types/,
+    },
+    { name: 'a report over 64 KiB', raw: huge, reason: /over the 65536-byte limit/ },
+    {
+      name: 'one bad entry among good ones',
+      raw: JSON.stringify({
+        a: { generation: 1, state: 'Loaded' },
+        b: { generation: -1, state: 'Loaded' },
+      }),
+      reason: /b\.generation/,
+    },
   ];
   for (const row of table) {
     test(`${row.name} is rejected`, () => {
       const reading = readReplicaReport(row.raw);
-      assert.equal(reading.kind, "invalid");
-      assert.match(reading.kind === "invalid" ? reading.reason : "", row.reason);
+      assert.equal(reading.kind, 'invalid');
+      assert.match(reading.kind === 'invalid' ? reading.reason : '', row.reason);
     });
   }
 
-  test("a report of 64 KiB exactly is read, one byte more is not", () => {
-    const base = JSON.stringify({ p: { generation: 1, state: "Loaded" } });
-    const exact = base + " ".repeat(65536 - base.length);
-    assert.equal(readReplicaReport(exact).kind, "valid");
-    assert.equal(readReplicaReport(exact + " ").kind, "invalid");
+  test('a report of 64 KiB exactly is read, one byte more is not', () => {
+    const base = JSON.stringify({ p: { generation: 1, state: 'Loaded' } });
+    const exact = base + ' '.repeat(65536 - base.length);
+    assert.equal(readReplicaReport(exact).kind, 'valid');
+    assert.equal(readReplicaReport(exact + ' ').kind, 'invalid');
   });
 
-  test("the size limit counts UTF-8 bytes, not characters", () => {
-    const message = "é".repeat(1000); // 1000 characters, 2000 bytes: within the 1024-character message limit
-    const entries = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`p${i}`, { generation: 1, state: "Failed", message }]));
+  test('the size limit counts UTF-8 bytes, not characters', () => {
+    const message = 'é'.repeat(1000); // 1000 characters, 2000 bytes: within the 1024-character message limit
+    const entries = Object.fromEntries(
+      Array.from({ length: 40 }, (_, i) => [`p${i}`, { generation: 1, state: 'Failed', message }]),
+    );
     const raw = JSON.stringify(entries);
     assert.ok(raw.length < 65536 && Buffer.byteLength(raw) > 65536);
     assert.match((readReplicaReport(raw) as { reason: string }).reason, /bytes/);

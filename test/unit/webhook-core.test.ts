@@ -1,6 +1,6 @@
-import assert from "node:assert/strict";
-import { describe, test } from "node:test";
-import type { V1ValidatingWebhookConfiguration } from "@kubernetes/client-node";
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { V1ValidatingWebhookConfiguration } from '@kubernetes/client-node';
 import {
   buildWebhookConfiguration,
   isSubset,
@@ -8,48 +8,59 @@ import {
   servedGenerationOf,
   type WebhookIntent,
   type WebhookPlanInput,
-} from "../../functions/webhook-core.ts";
-import { aPolicy, aPolicyServer, NAMESPACE } from "../fixtures/builders.ts";
+} from '../../functions/webhook-core.ts';
+import { aPolicy, aPolicyServer, NAMESPACE } from '../fixtures/builders.ts';
 
-const server = aPolicyServer({ spec: { caBundle: "Q0EK" } });
+const server = aPolicyServer({ spec: { caBundle: 'Q0EK' } });
 const policy = aPolicy();
 const options = { namespace: NAMESPACE };
 
 /** What the API server hands back: our object plus the fields it adds. */
 function asStored(webhook: V1ValidatingWebhookConfiguration): V1ValidatingWebhookConfiguration {
   const stored = structuredClone(webhook);
-  stored.metadata = { ...stored.metadata, uid: "uid-vwc", resourceVersion: "42", generation: 1 };
+  stored.metadata = { ...stored.metadata, uid: 'uid-vwc', resourceVersion: '42', generation: 1 };
   return stored;
 }
 
-describe("buildWebhookConfiguration", () => {
+describe('buildWebhookConfiguration', () => {
   const vwc = buildWebhookConfiguration(policy, server, options);
   const hook = vwc.webhooks?.[0];
 
-  test("is named after the policy, labelled as managed by rollcall and owned by the Policy", () => {
-    assert.equal(vwc.metadata?.name, "rollcall-require-labels");
-    assert.equal(vwc.metadata?.labels?.["app.kubernetes.io/managed-by"], "rollcall");
-    assert.equal(vwc.metadata?.labels?.["rollcall.dev/policy"], "require-labels");
+  test('is named after the policy, labelled as managed by rollcall and owned by the Policy', () => {
+    assert.equal(vwc.metadata?.name, 'rollcall-require-labels');
+    assert.equal(vwc.metadata?.labels?.['app.kubernetes.io/managed-by'], 'rollcall');
+    assert.equal(vwc.metadata?.labels?.['rollcall.dev/policy'], 'require-labels');
     assert.deepEqual(vwc.metadata?.ownerReferences, [
-      { apiVersion: "rollcall.dev/v1alpha1", kind: "Policy", name: "require-labels", uid: "uid-pol", controller: true },
+      {
+        apiVersion: 'rollcall.dev/v1alpha1',
+        kind: 'Policy',
+        name: 'require-labels',
+        uid: 'uid-pol',
+        controller: true,
+      },
     ]);
   });
 
-  test("records the generation its rules come from", () => {
-    assert.equal(vwc.metadata?.annotations?.["rollcall.dev/served-generation"], "4");
+  test('records the generation its rules come from', () => {
+    assert.equal(vwc.metadata?.annotations?.['rollcall.dev/served-generation'], '4');
   });
 
   test("calls the policy server's Service at /validate/<policy> with the server's CA", () => {
     assert.deepEqual(hook?.clientConfig, {
-      service: { namespace: NAMESPACE, name: "policy-server-default", path: "/validate/require-labels", port: 443 },
-      caBundle: "Q0EK",
+      service: {
+        namespace: NAMESPACE,
+        name: 'policy-server-default',
+        path: '/validate/require-labels',
+        port: 443,
+      },
+      caBundle: 'Q0EK',
     });
   });
 
   test("has no side effects, speaks AdmissionReview v1 and copies the policy's rules and settings", () => {
-    assert.equal(hook?.sideEffects, "None");
-    assert.deepEqual(hook?.admissionReviewVersions, ["v1"]);
-    assert.equal(hook?.failurePolicy, "Fail");
+    assert.equal(hook?.sideEffects, 'None');
+    assert.deepEqual(hook?.admissionReviewVersions, ['v1']);
+    assert.equal(hook?.failurePolicy, 'Fail');
     assert.equal(hook?.timeoutSeconds, 10);
     assert.deepEqual(hook?.rules, policy.spec.rules);
     assert.deepEqual(hook?.objectSelector, {});
@@ -59,118 +70,190 @@ describe("buildWebhookConfiguration", () => {
     {
       name: "without a namespaceSelector, only rollcall's namespace is excluded",
       selector: undefined,
-      expected: { matchExpressions: [{ key: "kubernetes.io/metadata.name", operator: "NotIn", values: [NAMESPACE] }] },
+      expected: {
+        matchExpressions: [
+          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: [NAMESPACE] },
+        ],
+      },
     },
     {
       name: "the policy's namespaceSelector is kept and rollcall's namespace excluded on top",
-      selector: { matchLabels: { team: "a" }, matchExpressions: [{ key: "env", operator: "In" as const, values: ["prod"] }] },
+      selector: {
+        matchLabels: { team: 'a' },
+        matchExpressions: [{ key: 'env', operator: 'In' as const, values: ['prod'] }],
+      },
       expected: {
-        matchLabels: { team: "a" },
+        matchLabels: { team: 'a' },
         matchExpressions: [
-          { key: "env", operator: "In", values: ["prod"] },
-          { key: "kubernetes.io/metadata.name", operator: "NotIn", values: [NAMESPACE] },
+          { key: 'env', operator: 'In', values: ['prod'] },
+          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: [NAMESPACE] },
         ],
       },
     },
     {
       name: "a policy that selects rollcall's namespace by name still cannot reach it",
-      selector: { matchExpressions: [{ key: "kubernetes.io/metadata.name", operator: "In" as const, values: [NAMESPACE] }] },
+      selector: {
+        matchExpressions: [
+          { key: 'kubernetes.io/metadata.name', operator: 'In' as const, values: [NAMESPACE] },
+        ],
+      },
       expected: {
         matchExpressions: [
-          { key: "kubernetes.io/metadata.name", operator: "In", values: [NAMESPACE] },
-          { key: "kubernetes.io/metadata.name", operator: "NotIn", values: [NAMESPACE] },
+          { key: 'kubernetes.io/metadata.name', operator: 'In', values: [NAMESPACE] },
+          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: [NAMESPACE] },
         ],
       },
     },
   ];
   for (const row of selectorRows) {
     test(row.name, () => {
-      const built = buildWebhookConfiguration(aPolicy({ spec: { namespaceSelector: row.selector } }), server, options);
+      const built = buildWebhookConfiguration(
+        aPolicy({ spec: { namespaceSelector: row.selector } }),
+        server,
+        options,
+      );
       assert.deepEqual(built.webhooks?.[0]?.namespaceSelector, row.expected);
     });
   }
 
-  test("monitor mode registers the webhook but never fails closed", () => {
-    const built = buildWebhookConfiguration(aPolicy({ spec: { mode: "monitor", failurePolicy: "Fail" } }), server, options);
-    assert.equal(built.webhooks?.[0]?.failurePolicy, "Ignore");
+  test('monitor mode registers the webhook but never fails closed', () => {
+    const built = buildWebhookConfiguration(
+      aPolicy({ spec: { mode: 'monitor', failurePolicy: 'Fail' } }),
+      server,
+      options,
+    );
+    assert.equal(built.webhooks?.[0]?.failurePolicy, 'Ignore');
   });
 
-  test("URL mode calls https://host:port/validate/<policy> for out-of-cluster development", () => {
-    const built = buildWebhookConfiguration(policy, server, { ...options, url: "https://host.docker.internal:8443/" });
+  test('URL mode calls https://host:port/validate/<policy> for out-of-cluster development', () => {
+    const built = buildWebhookConfiguration(policy, server, {
+      ...options,
+      url: 'https://host.docker.internal:8443/',
+    });
     assert.deepEqual(built.webhooks?.[0]?.clientConfig, {
-      url: "https://host.docker.internal:8443/validate/require-labels",
-      caBundle: "Q0EK",
+      url: 'https://host.docker.internal:8443/validate/require-labels',
+      caBundle: 'Q0EK',
     });
   });
 
-  test("a CA resolved from caSecretRef takes precedence over spec.caBundle", () => {
-    const built = buildWebhookConfiguration(policy, server, { ...options, caBundle: "U0VDUkVUCg==" });
-    assert.equal(built.webhooks?.[0]?.clientConfig.caBundle, "U0VDUkVUCg==");
+  test('a CA resolved from caSecretRef takes precedence over spec.caBundle', () => {
+    const built = buildWebhookConfiguration(policy, server, {
+      ...options,
+      caBundle: 'U0VDUkVUCg==',
+    });
+    assert.equal(built.webhooks?.[0]?.clientConfig.caBundle, 'U0VDUkVUCg==');
   });
 
-  test("without any CA the clientConfig carries no caBundle", () => {
+  test('without any CA the clientConfig carries no caBundle', () => {
     const built = buildWebhookConfiguration(policy, aPolicyServer(), options);
-    assert.ok(!("caBundle" in (built.webhooks?.[0]?.clientConfig ?? {})));
+    assert.ok(!('caBundle' in (built.webhooks?.[0]?.clientConfig ?? {})));
   });
 });
 
-describe("planWebhook follows the decision table", () => {
+describe('planWebhook follows the decision table', () => {
   const current = asStored(buildWebhookConfiguration(policy, server, options));
   const older = asStored(buildWebhookConfiguration(aPolicy({ generation: 3 }), server, options));
-  const serve: WebhookIntent = { kind: "serve", generation: 4 };
-  const base: WebhookPlanInput = { policy, policyServer: server, intent: serve, existing: undefined, options };
+  const serve: WebhookIntent = { kind: 'serve', generation: 4 };
+  const base: WebhookPlanInput = {
+    policy,
+    policyServer: server,
+    intent: serve,
+    existing: undefined,
+    options,
+  };
 
   const rows: { name: string; input: Partial<WebhookPlanInput>; action: string }[] = [
-    { name: "Ready and no webhook yet: create it", input: {}, action: "create" },
-    { name: "Ready and the webhook serves an older generation: update it", input: { existing: older }, action: "update" },
-    { name: "Ready and the webhook is already as desired: keep it (no write)", input: { existing: current }, action: "keep" },
+    { name: 'Ready and no webhook yet: create it', input: {}, action: 'create' },
     {
-      name: "Ready but the CA changed: update it",
-      input: { existing: current, policyServer: aPolicyServer({ spec: { caBundle: "TkVXCg==" } }) },
-      action: "update",
+      name: 'Ready and the webhook serves an older generation: update it',
+      input: { existing: older },
+      action: 'update',
     },
-    { name: "still loading with an older generation served: keep the old rules", input: { intent: { kind: "keep" }, existing: older }, action: "keep" },
-    { name: "never loaded: no webhook, nothing to do", input: { intent: { kind: "absent" } }, action: "keep" },
-    { name: "nothing fully loaded but a webhook exists: delete it", input: { intent: { kind: "absent" }, existing: older }, action: "delete" },
-    { name: "server missing and the webhook present: leave it unchanged", input: { intent: { kind: "keep" }, existing: older, policyServer: undefined }, action: "keep" },
-    { name: "policy deleted: delete the webhook", input: { policy: undefined, existing: current }, action: "delete" },
-    { name: "policy deleted and no webhook: nothing to do", input: { policy: undefined }, action: "keep" },
+    {
+      name: 'Ready and the webhook is already as desired: keep it (no write)',
+      input: { existing: current },
+      action: 'keep',
+    },
+    {
+      name: 'Ready but the CA changed: update it',
+      input: { existing: current, policyServer: aPolicyServer({ spec: { caBundle: 'TkVXCg==' } }) },
+      action: 'update',
+    },
+    {
+      name: 'still loading with an older generation served: keep the old rules',
+      input: { intent: { kind: 'keep' }, existing: older },
+      action: 'keep',
+    },
+    {
+      name: 'never loaded: no webhook, nothing to do',
+      input: { intent: { kind: 'absent' } },
+      action: 'keep',
+    },
+    {
+      name: 'nothing fully loaded but a webhook exists: delete it',
+      input: { intent: { kind: 'absent' }, existing: older },
+      action: 'delete',
+    },
+    {
+      name: 'server missing and the webhook present: leave it unchanged',
+      input: { intent: { kind: 'keep' }, existing: older, policyServer: undefined },
+      action: 'keep',
+    },
+    {
+      name: 'policy deleted: delete the webhook',
+      input: { policy: undefined, existing: current },
+      action: 'delete',
+    },
+    {
+      name: 'policy deleted and no webhook: nothing to do',
+      input: { policy: undefined },
+      action: 'keep',
+    },
     {
       name: "policy deleted but the webhook is not rollcall's: leave it alone",
-      input: { policy: undefined, existing: { metadata: { name: "rollcall-require-labels", labels: {} } } },
-      action: "keep",
+      input: {
+        policy: undefined,
+        existing: { metadata: { name: 'rollcall-require-labels', labels: {} } },
+      },
+      action: 'keep',
     },
     {
-      name: "a webhook left by a deleted namesake Policy (other uid) is deleted rather than kept",
-      input: { intent: { kind: "keep" }, existing: asStored(buildWebhookConfiguration(aPolicy({ uid: "uid-old" }), server, options)) },
-      action: "delete",
+      name: 'a webhook left by a deleted namesake Policy (other uid) is deleted rather than kept',
+      input: {
+        intent: { kind: 'keep' },
+        existing: asStored(buildWebhookConfiguration(aPolicy({ uid: 'uid-old' }), server, options)),
+      },
+      action: 'delete',
     },
   ];
   for (const row of rows) {
     test(row.name, () => {
       const plan = planWebhook({ ...base, ...row.input });
       assert.equal(plan.action, row.action);
-      if (plan.action === "create" || plan.action === "update") {
-        assert.equal(plan.webhook.metadata?.annotations?.["rollcall.dev/served-generation"], "4");
+      if (plan.action === 'create' || plan.action === 'update') {
+        assert.equal(plan.webhook.metadata?.annotations?.['rollcall.dev/served-generation'], '4');
       }
-      if (plan.action === "delete") assert.equal(plan.name, "rollcall-require-labels");
+      if (plan.action === 'delete') assert.equal(plan.name, 'rollcall-require-labels');
     });
   }
 });
 
-describe("servedGenerationOf", () => {
+describe('servedGenerationOf', () => {
   const webhook = buildWebhookConfiguration(policy, server, options);
   const rows = [
     { name: "reads the generation of this Policy's webhook", existing: webhook, expected: 4 },
-    { name: "is undefined without a webhook", existing: undefined, expected: undefined },
+    { name: 'is undefined without a webhook', existing: undefined, expected: undefined },
     {
-      name: "is undefined for a webhook owned by another Policy uid",
-      existing: buildWebhookConfiguration(aPolicy({ uid: "uid-old" }), server, options),
+      name: 'is undefined for a webhook owned by another Policy uid',
+      existing: buildWebhookConfiguration(aPolicy({ uid: 'uid-old' }), server, options),
       expected: undefined,
     },
     {
-      name: "is undefined for an unreadable annotation",
-      existing: { ...webhook, metadata: { ...webhook.metadata, annotations: { "rollcall.dev/served-generation": "4x" } } },
+      name: 'is undefined for an unreadable annotation',
+      existing: {
+        ...webhook,
+        metadata: { ...webhook.metadata, annotations: { 'rollcall.dev/served-generation': '4x' } },
+      },
       expected: undefined,
     },
   ];
@@ -179,14 +262,45 @@ describe("servedGenerationOf", () => {
   }
 });
 
-describe("isSubset", () => {
+describe('isSubset', () => {
   const rows = [
-    { name: "extra fields in the actual object are ignored", desired: { a: 1 }, actual: { a: 1, b: 2 }, expected: true },
-    { name: "a different value is not a subset", desired: { a: 1 }, actual: { a: 2 }, expected: false },
-    { name: "a missing field is not a subset", desired: { a: { b: 1 } }, actual: { a: {} }, expected: false },
-    { name: "lists must have the same length", desired: { l: [1] }, actual: { l: [1, 2] }, expected: false },
-    { name: "lists compare element by element", desired: { l: [{ x: 1 }] }, actual: { l: [{ x: 1, y: 2 }] }, expected: true },
-    { name: "undefined in desired means do not care", desired: { a: undefined }, actual: {}, expected: true },
+    {
+      name: 'extra fields in the actual object are ignored',
+      desired: { a: 1 },
+      actual: { a: 1, b: 2 },
+      expected: true,
+    },
+    {
+      name: 'a different value is not a subset',
+      desired: { a: 1 },
+      actual: { a: 2 },
+      expected: false,
+    },
+    {
+      name: 'a missing field is not a subset',
+      desired: { a: { b: 1 } },
+      actual: { a: {} },
+      expected: false,
+    },
+    {
+      name: 'lists must have the same length',
+      desired: { l: [1] },
+      actual: { l: [1, 2] },
+      expected: false,
+    },
+    {
+      name: 'lists compare element by element',
+      desired: { l: [{ x: 1 }] },
+      actual: { l: [{ x: 1, y: 2 }] },
+      expected: true,
+    },
+    {
+      name: 'undefined in desired means do not care',
+      desired: { a: undefined },
+      actual: {},
+      expected: true,
+    },
   ];
-  for (const row of rows) test(row.name, () => assert.equal(isSubset(row.desired, row.actual), row.expected));
+  for (const row of rows)
+    test(row.name, () => assert.equal(isSubset(row.desired, row.actual), row.expected));
 });
