@@ -5,6 +5,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { text } from 'node:stream/consumers';
+import { runInstallCrds, runSim, serveRoles } from './serve.ts';
 import { runStatus, type StatusIo } from './status.ts';
 
 interface Command {
@@ -21,18 +22,11 @@ function notYetImplemented(name: string): Command['run'] {
 
 const COMMANDS: Record<string, Command> = {
   status: { summary: 'print the kstatus of objects in YAML/JSON files', run: runStatus },
-  // To be filled in by their owners:
-  run: { summary: 'run watcher and workers in one process', run: notYetImplemented('run') },
-  watcher: { summary: 'watch the cluster and enqueue keys', run: notYetImplemented('watcher') },
-  worker: {
-    summary: 'process keys with the reconcile functions',
-    run: notYetImplemented('worker'),
-  },
-  sim: { summary: 'run a simulated policy server', run: notYetImplemented('sim') },
-  'install-crds': {
-    summary: "apply rollcall's CRDs to the cluster",
-    run: notYetImplemented('install-crds'),
-  },
+  run: { summary: 'run watcher, workers and the HTTP server in one process', run: serveRoles(['watcher', 'worker']) },
+  watcher: { summary: 'watch the cluster and enqueue keys (leader-elected)', run: serveRoles(['watcher']) },
+  worker: { summary: 'process keys with the reconcile functions', run: serveRoles(['worker']) },
+  sim: { summary: 'simulated policy servers for the local cluster (dev tooling)', run: runSim },
+  'install-crds': { summary: "apply rollcall's CRDs to the cluster", run: runInstallCrds },
   demo: { summary: 'walk through rollcall on the local cluster', run: notYetImplemented('demo') },
 };
 

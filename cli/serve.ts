@@ -1,0 +1,86 @@
+// The long-running commands: `rollcall run` (watcher + workers + HTTP in one process),
+// `rollcall watcher`, `rollcall worker`, `rollcall sim`, and the one-shot `install-crds`.
+import { parseArgs } from 'node:util';
+import { ConfigError, configHelp, parseConfig } from '../roles/config.ts';
+import { installCrds } from '../roles/install-crds.ts';
+import { createLogger, loadKubeConfig, startRoles, type Role } from '../roles/roles.ts';
+import { Simulator } from '../sim/sim.ts';
+import type { StatusIo } from './status.ts';
+
+/** Resolves on the first SIGTERM or SIGINT. */
+const terminated = () =>
+  new Promise<NodeJS.Signals>((resolve) => {
+    process.once('SIGTERM', () => resolve('SIGTERM'));
+    process.once('SIGINT', () => resolve('SIGINT'));
+  });
+
+const wantsHelp = (argv: readonly string[]) => argv.includes('--help') || argv.includes('-h');
+
+export function serveRoles(roles: readonly Role[]) {
+  return async (argv: readonly string[], io: StatusIo): Promise<number> => {
+    if (wantsHelp(argv)) {
+      io.stdout(`usage: rollcall ${roles.length > 1 ? 'run' : roles[0]} [options]\n\n${configHelp}\n`);
+      return 0;
+    }
+    let config;
+    try {
+      config = parseConfig([...argv], process.env);
+    } catch (err) {
+      if (err instanceof ConfigError) {
+        io.stderr(`rollcall: ${err.message}\n`);
+        return 2;
+      }
+      throw err;
+    }
+    const logger = createLogger(config.logLevel);
+    const running = await startRoles(roles, config, logger);
+    const signal = await terminated();
+    logger.info({ signal }, 'shutting down');
+    await running.stop();
+    return 0;
+  };
+}
+
+const simHelp = `usage: rollcall sim [--namespace NS] [--kubeconfig PATH] [--log-level L]
+
+Dev tooling for the local cluster: plays the policy servers' data plane. For every Ready pod
+of a PolicyServer it writes the rollcall.dev/policies report, driven by each policy's module:
+  sim://ok                 loads
+  sim://fail?message=TEXT  fails with TEXT
+  sim://slow?ms=N          reports Loading for N ms, then Loaded
+  sim://flaky?p=P          fails on each replica with probability P
+  sim://deny?message=TEXT  loads (and denies requests, where admission is served)
+A PolicyServer whose image is sim://never-ready gets pods that never become Ready.
+`;
+
+export async function runSim(argv: readonly string[], io: StatusIo): Promise<number> {
+  if (wantsHelp(argv)) {
+    io.stdout(simHelp);
+    return 0;
+  }
+  const { values } = parseArgs({
+    args: [...argv],
+    options: { namespace: { type: 'string' }, kubeconfig: { type: 'string' }, 'log-level': { type: 'string' } },
+  });
+  const logger = createLogger(values['log-level'] ?? process.env.LOG_LEVEL ?? 'info');
+  const sim = new Simulator({
+    kc: loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG),
+    namespace: values.namespace ?? process.env.ROLLCALL_NAMESPACE ?? 'rollcall-system',
+    logger,
+  });
+  sim.start();
+  logger.info('simulated policy servers running');
+  await terminated();
+  await sim.stop();
+  return 0;
+}
+
+export async function runInstallCrds(argv: readonly string[], io: StatusIo): Promise<number> {
+  if (wantsHelp(argv)) {
+    io.stdout('usage: rollcall install-crds [--kubeconfig PATH]\n\nApplies the PolicyServer and Policy CRDs (server-side apply) and waits until they are served.\n');
+    return 0;
+  }
+  const { values } = parseArgs({ args: [...argv], options: { kubeconfig: { type: 'string' } } });
+  await installCrds(loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG), createLogger('info'));
+  return 0;
+}

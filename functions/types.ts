@@ -1,0 +1,56 @@
+// What a reconcile function is: the keys it wants for a cluster event, and a handler that
+// re-reads current state for one key and returns an outcome. Adding a function means adding
+// one file that exports a ReconcileFunction and listing it in functions/index.ts.
+import type { Logger } from 'pino';
+import type { HandlerContext, Outcome } from '../queue/index.ts';
+import type { ProjectionStore } from '../projections/store.ts';
+import type { KubeWriter } from './kube-writer.ts';
+
+/** The kinds the watcher watches. */
+export type WatchedKind = 'Policy' | 'PolicyServer' | 'Deployment' | 'ReplicaSet' | 'Pod' | 'ValidatingWebhookConfiguration';
+
+export interface WatchedObject {
+  metadata?: { name?: string; labels?: Record<string, string> };
+  spec?: unknown;
+}
+
+export interface WatchEvent {
+  kind: WatchedKind;
+  /** `resync` asks for every key an object implies, without a change. */
+  type: 'added' | 'modified' | 'deleted' | 'resync';
+  object: WatchedObject;
+  /** The previous version, on `modified`. */
+  old?: WatchedObject;
+}
+
+/** What the watcher knows that a key mapping may need: which Policies use a server. */
+export interface ClusterIndex {
+  policiesOfServer(server: string): string[];
+}
+
+/** Settings every function shares. */
+export interface FunctionConfig {
+  /** rollcall's namespace: policy servers live here and every webhook excludes it. */
+  namespace: string;
+  /** Out-of-cluster development: register webhooks by this base URL instead of the Service. */
+  webhookUrl?: string;
+  /** CA bundle (base64 PEM) for webhooks registered by URL. */
+  webhookCaBundle?: string;
+}
+
+export interface FunctionContext extends HandlerContext {
+  store: ProjectionStore;
+  kube: KubeWriter;
+  config: FunctionConfig;
+  now(): Date;
+  log: Logger;
+}
+
+export interface ReconcileFunction {
+  /** The key prefix: `policy` handles `policy/<name>`. */
+  name: string;
+  keysFor(event: WatchEvent, index: ClusterIndex): string[];
+  handle(name: string, ctx: FunctionContext): Promise<Outcome | void>;
+}
+
+export const nameOf = (o: WatchedObject | undefined): string | undefined => o?.metadata?.name;

@@ -1,0 +1,98 @@
+// The roles rollcall runs as: watcher, worker, or both in one process (`rollcall run`).
+// Each is a thin shell wiring the pure functions to Kubernetes, Redis and HTTP.
+import { readFileSync } from 'node:fs';
+import { KubeConfig } from '@kubernetes/client-node';
+import { pino, type Logger } from 'pino';
+import { Registry, collectDefaultMetrics } from 'prom-client';
+import { functions } from '../functions/index.ts';
+import { KubeWriter } from '../functions/kube-writer.ts';
+import type { FunctionContext } from '../functions/types.ts';
+import { ProjectionStore } from '../projections/store.ts';
+import { createRedis, QueueMetrics, runWorker, WorkQueue, type Handler, type RunningWorker } from '../queue/index.ts';
+import { startHttpServer, type HttpServer } from '../server/http.ts';
+import { Watcher } from '../watcher/watcher.ts';
+import type { Config } from './config.ts';
+import { installCrds } from './install-crds.ts';
+
+export type Role = 'watcher' | 'worker';
+
+export function loadKubeConfig(path: string | undefined): KubeConfig {
+  const kc = new KubeConfig();
+  if (path) kc.loadFromFile(path);
+  else kc.loadFromCluster();
+  return kc;
+}
+
+export function createLogger(level: string): Logger {
+  return pino({
+    level,
+    // Never log credentials, whatever object a log line carries.
+    redact: { paths: ['*.token', '*.password', '*.authorization', '*.headers.authorization', 'config.uiCredentials'], censor: '[redacted]' },
+  });
+}
+
+export interface Running {
+  http: HttpServer;
+  stop(): Promise<void>;
+}
+
+/** Starts the given roles in this process, with one HTTP server for probes, metrics and UIs. */
+export async function startRoles(roles: readonly Role[], config: Config, logger = createLogger(config.logLevel)): Promise<Running> {
+  const kc = loadKubeConfig(config.kubeconfig);
+  if (config.installCrds) await installCrds(kc, logger);
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+
+  const producer = createRedis(config.redisUrl, 'producer');
+  producer.on('error', (err) => logger.warn({ err: err.message }, 'redis (producer) error'));
+  const queueMetrics = new QueueMetrics({ registry, depth: () => queue.counts() });
+  const queue = new WorkQueue({ connection: producer, metrics: queueMetrics });
+
+  let watcher: Watcher | undefined;
+  if (roles.includes('watcher')) {
+    watcher = new Watcher({ kc, redis: producer, queue, functions, namespace: config.namespace, logger: logger.child({ role: 'watcher' }), identity: config.identity, metrics: registry });
+    watcher.start();
+  }
+
+  let worker: RunningWorker | undefined;
+  if (roles.includes('worker')) {
+    const store = new ProjectionStore(createRedis(config.redisUrl, 'worker'));
+    const webhookCaBundle = config.webhookCaFile ? readFileSync(config.webhookCaFile).toString('base64') : undefined;
+    const handlers: Record<string, Handler> = {};
+    for (const fn of functions) {
+      handlers[fn.name] = (_key, ctx) => {
+        const fctx: FunctionContext = {
+          ...ctx,
+          store,
+          kube: new KubeWriter(kc, ctx.acquireWriteToken),
+          config: { namespace: config.namespace, webhookUrl: config.webhookUrl, webhookCaBundle },
+          now: () => new Date(),
+        };
+        return fn.handle(ctx.object.name, fctx);
+      };
+    }
+    worker = await runWorker({
+      connection: config.redisUrl,
+      handlers,
+      concurrency: config.concurrency,
+      rateLimit: { ratePerSecond: config.writeRate, burst: config.writeBurst },
+      logger: logger.child({ role: 'worker' }),
+      metrics: queueMetrics,
+      handleSignals: false,
+    });
+  }
+
+  const http = await startHttpServer({ port: config.port, registry, logger, ready: async () => (await producer.ping()) === 'PONG' && (watcher?.isReady() ?? true) });
+  logger.info({ roles, port: http.port, namespace: config.namespace }, 'rollcall started');
+
+  return {
+    http,
+    async stop() {
+      await http.close();
+      await watcher?.stop();
+      await worker?.close();
+      await queue.close();
+      await producer.quit().catch(() => producer.disconnect());
+    },
+  };
+}
