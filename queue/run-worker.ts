@@ -91,7 +91,7 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
   const shutdown = new AbortController();
   const inflight = new Set<Promise<unknown>>();
 
-  async function process(job: Job<JobData>, token: string | undefined): Promise<void> {
+  async function processJob(job: Job<JobData>, token: string | undefined): Promise<void> {
     const key = job.data.key;
     const fn = functionOf(key);
     const failures = Number((await commands.hget(queue.failuresKey, key)) ?? 0);
@@ -147,7 +147,7 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
   const worker = new Worker<JobData>(
     queue.name,
     (job, token) => {
-      const run = process(job, token);
+      const run = processJob(job, token);
       inflight.add(run);
       return run.finally(() => inflight.delete(run));
     },
@@ -188,15 +188,15 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
 
   const onSignal = (signal: NodeJS.Signals) => {
     logger.info({ signal }, 'shutting down');
-    void close().then(() => globalThis.process.exit(0));
+    void close().then(() => process.exit(0));
   };
   const removeSignalHandlers = () => {
-    globalThis.process.off('SIGTERM', onSignal);
-    globalThis.process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    process.off('SIGINT', onSignal);
   };
   if (opts.handleSignals ?? true) {
-    globalThis.process.on('SIGTERM', onSignal);
-    globalThis.process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
   }
 
   await worker.waitUntilReady();
