@@ -12,8 +12,8 @@ export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ER
 /**
  * Why a watch ended (and was started again):
  * - `closed`: the server ended it normally (its `timeoutSeconds` elapsed); resumes at once.
- * - `stale`: nothing arrived, not even a bookmark, for `staleAfterMs` (or for client-node's own
- *   30 s inactivity limit); the reflector aborted it and resumes from the last resourceVersion.
+ * - `stale`: nothing arrived, not even a bookmark, for `staleAfterMs`; the reflector aborted
+ *   it and resumes from the last resourceVersion.
  * - `gone`: 410 Gone, as an HTTP status or an ERROR event: the resourceVersion left the
  *   apiserver's window, so the reflector relists.
  * - `error`: anything else (network, 403, 5xx, an ERROR event); resumes after a backoff.
@@ -78,8 +78,8 @@ export interface ReflectorOptions<T extends KubernetesObject> extends ReflectorH
   watchTimeoutSeconds?: number;
   /**
    * A watch that delivers nothing, not even a bookmark, for this long is aborted and started
-   * again. Default 90 s. Note that client-node's Watch also gives up after 30 s without data;
-   * that ending counts as `stale` too.
+   * again. Default 90 s: the apiserver bookmarks a quiet watch about once a minute, so a
+   * healthy quiet watch stays open. Keep it above 60 s outside tests.
    */
   staleAfterMs?: number;
   /** Period of `onResync`. Default 10 min; 0 disables it. */
@@ -168,6 +168,16 @@ interface WatchOutcome {
  *
  * `stop()` ends every request and timer and keeps the store; `start()` again resumes from
  * the last resourceVersion. Objects are the reflector's own: treat them as read-only.
+ *
+ * ```ts
+ * const pods = new Reflector<V1Pod>({
+ *   kc, path: '/api/v1/namespaces/rollcall-system/pods', labelSelector: 'rollcall.dev/policy-server',
+ *   onAdd: (pod) => enqueue(pod), onUpdate: (_, pod) => enqueue(pod), onDelete: (pod) => enqueue(pod),
+ *   onSynced: (all) => reconcileProjection(all), onResync: (all) => all.forEach(enqueue),
+ *   metrics: reflectorMetrics(registry, 'pods'),
+ * });
+ * pods.start();
+ * ```
  */
 export class Reflector<T extends KubernetesObject> {
   readonly #options: ReflectorOptions<T>;
@@ -219,7 +229,7 @@ export class Reflector<T extends KubernetesObject> {
     await this.#delivery;
   }
 
-  /** True once the store holds a complete list (or the `resumeFrom` seed). */
+  /** True once the store holds a complete list (or the `resumeFrom` seed); handlers may still be catching up. */
   hasSynced(): boolean {
     return this.#synced;
   }
@@ -234,7 +244,11 @@ export class Reflector<T extends KubernetesObject> {
     return this.#store.get(key);
   }
 
-  /** The resourceVersion the store reflects, or undefined before the first list. */
+  /**
+   * The resourceVersion the store reflects (advanced by events and bookmarks), or undefined
+   * before the first list. It can be ahead of handlers still queued: to persist it with a
+   * projection for `resumeFrom`, read it once the handlers caught up.
+   */
   get resourceVersion(): string | undefined {
     return this.#resourceVersion;
   }
@@ -364,7 +378,7 @@ export class Reflector<T extends KubernetesObject> {
 
     let controller: AbortController | undefined;
     try {
-      if (!ended) controller = await new Watch(kc).watch(path, query, onEvent, (err: unknown) => end(errOutcome(err)));
+      if (!ended) controller = await watchWithoutInactivityLimit(kc, staleAfterMs).watch(path, query, onEvent, (err: unknown) => end(errOutcome(err)));
     } catch (err) {
       end({ reason: 'error', error: err }); // e.g. credentials could not be applied
     }
@@ -399,6 +413,18 @@ export class Reflector<T extends KubernetesObject> {
       this.#options.logger?.warn({ err, path: this.#options.path }, 'a reflector handler failed');
     });
   }
+}
+
+/**
+ * client-node's Watch aborts after 30 s without data, but the apiserver sends bookmarks to
+ * a quiet watch only about once a minute, so every quiet watch would be torn down and
+ * reopened every 30 s. Its limit is a private field; when it exists, it is moved behind
+ * our own stale detection (which then decides), else the 30 s limit stays and counts as `stale`.
+ */
+function watchWithoutInactivityLimit(kc: KubeConfig, staleAfterMs: number): Watch {
+  const watch = new Watch(kc);
+  if (typeof Reflect.get(watch, 'requestTimeoutMs') === 'number') Reflect.set(watch, 'requestTimeoutMs', staleAfterMs + 5_000);
+  return watch;
 }
 
 function errOutcome(err: unknown): Pick<WatchOutcome, 'reason' | 'error'> {
