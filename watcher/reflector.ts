@@ -78,8 +78,9 @@ export interface ReflectorOptions<T extends KubernetesObject> extends ReflectorH
   watchTimeoutSeconds?: number;
   /**
    * A watch that delivers nothing, not even a bookmark, for this long is aborted and started
-   * again. Default 90 s: the apiserver bookmarks a quiet watch about once a minute, so a
-   * healthy quiet watch stays open. Keep it above 60 s outside tests.
+   * again. Default 150 s: the apiserver bookmarks a quiet watch only every one to two
+   * minutes (measured on the local cluster: 60 s for a watch from "now", 120 s for one
+   * resumed from a list), so a shorter limit would keep reopening healthy quiet watches.
    */
   staleAfterMs?: number;
   /** Period of `onResync`. Default 10 min; 0 disables it. */
@@ -326,7 +327,7 @@ export class Reflector<T extends KubernetesObject> {
    * error or the reflector stops; resolves only after its connection is closed.
    */
   async #watch(signal: AbortSignal): Promise<WatchOutcome> {
-    const { kc, path, labelSelector, fieldSelector, watchTimeoutSeconds = 300, staleAfterMs = 90_000 } = this.#options;
+    const { kc, path, labelSelector, fieldSelector, watchTimeoutSeconds = 300, staleAfterMs = 150_000 } = this.#options;
     const openedAt = Date.now();
     let sawData = false;
     let ended: Pick<WatchOutcome, 'reason' | 'error'> | undefined;
