@@ -20,7 +20,11 @@ export interface BackoffOptions {
  * `min(maxMs, initialMs · factor^attempt)`, reduced by up to `jitter` of itself.
  * `random` returns a number in [0, 1) (injected so tests are deterministic).
  */
-export function backoffDelay(attempt: number, options: BackoffOptions = {}, random: () => number = Math.random): number {
+export function backoffDelay(
+  attempt: number,
+  options: BackoffOptions = {},
+  random: () => number = Math.random,
+): number {
   const { initialMs = 200, maxMs = 30_000, factor = 2, jitter = 0.5 } = options;
   const exponential = Math.min(maxMs, initialMs * factor ** Math.max(0, attempt));
   return Math.round(exponential * (1 - jitter * random()));

@@ -16,7 +16,9 @@ export class KubeApiError extends Error {
   readonly statusCode: number;
   readonly status: KubeStatus | undefined;
   constructor(statusCode: number, status: KubeStatus | undefined) {
-    super(`apiserver answered ${statusCode}${status?.reason ? ` ${status.reason}` : ''}: ${status?.message ?? 'no message'}`);
+    super(
+      `apiserver answered ${statusCode}${status?.reason ? ` ${status.reason}` : ''}: ${status?.message ?? 'no message'}`,
+    );
     this.name = 'KubeApiError';
     this.statusCode = statusCode;
     this.status = status;
@@ -36,7 +38,8 @@ export async function getJson(
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new Error('the kubeconfig has no current cluster');
   const url = new URL(cluster.server + path);
-  for (const [key, value] of Object.entries(query)) if (value !== undefined) url.searchParams.set(key, String(value));
+  for (const [key, value] of Object.entries(query))
+    if (value !== undefined) url.searchParams.set(key, String(value));
 
   const options: https.RequestOptions = { method: 'GET', headers: { Accept: 'application/json' } };
   await kc.applyToHTTPSOptions(options); // CA, client certificate, bearer token, proxy agent

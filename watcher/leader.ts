@@ -1,7 +1,12 @@
 // Leader election on a coordination.k8s.io/v1 Lease, so that only one watcher replica works
 // while the others stand by.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from '@kubernetes/client-node';
+import {
+  CoordinationV1Api,
+  V1MicroTime,
+  type KubeConfig,
+  type V1Lease,
+} from '@kubernetes/client-node';
 import { statusCodeOf } from './kube-http.ts';
 
 export interface LeaderElectorOptions {
@@ -99,7 +104,16 @@ export class LeaderElector {
         this.#won(
           await this.#api.createNamespacedLease({
             namespace,
-            body: { metadata: { name, namespace }, spec: { holderIdentity: identity, leaseDurationSeconds, acquireTime: now, renewTime: now, leaseTransitions: 0 } },
+            body: {
+              metadata: { name, namespace },
+              spec: {
+                holderIdentity: identity,
+                leaseDurationSeconds,
+                acquireTime: now,
+                renewTime: now,
+                leaseTransitions: 0,
+              },
+            },
           }),
         );
         return;
@@ -127,13 +141,17 @@ export class LeaderElector {
     } catch (err) {
       // 409: another candidate wrote first. Anything else: retry next period. A leader keeps
       // leading until its renew deadline passes.
-      if (statusCodeOf(err) !== 409) logger?.warn({ err, lease: `${namespace}/${name}` }, 'lease acquire/renew failed');
+      if (statusCodeOf(err) !== 409)
+        logger?.warn({ err, lease: `${namespace}/${name}` }, 'lease acquire/renew failed');
     }
   }
 
   async #read(): Promise<V1Lease | undefined> {
     try {
-      return await this.#api.readNamespacedLease({ namespace: this.#options.namespace, name: this.#options.name });
+      return await this.#api.readNamespacedLease({
+        namespace: this.#options.namespace,
+        name: this.#options.name,
+      });
     } catch (err) {
       if (statusCodeOf(err) === 404) return undefined;
       throw err;
@@ -142,11 +160,15 @@ export class LeaderElector {
 
   /** Records a successful acquire or renew and (re)arms the renew deadline. */
   #won(lease: V1Lease): void {
-    const { leaseDurationSeconds = 15, renewDeadlineMs = (leaseDurationSeconds * 1000 * 2) / 3 } = this.#options;
+    const { leaseDurationSeconds = 15, renewDeadlineMs = (leaseDurationSeconds * 1000 * 2) / 3 } =
+      this.#options;
     this.#lease = lease;
     clearTimeout(this.#deadline);
     this.#deadline = setTimeout(() => {
-      this.#options.logger?.warn({ identity: this.#options.identity }, 'could not renew the lease in time; stepping down');
+      this.#options.logger?.warn(
+        { identity: this.#options.identity },
+        'could not renew the lease in time; stepping down',
+      );
       void this.#stepDown();
     }, renewDeadlineMs);
     if (this.#leading) return;
@@ -183,10 +205,21 @@ export class LeaderElector {
       await this.#api.replaceNamespacedLease({
         namespace,
         name,
-        body: { ...lease, spec: { ...lease.spec, holderIdentity: undefined, acquireTime: undefined, renewTime: undefined } },
+        body: {
+          ...lease,
+          spec: {
+            ...lease.spec,
+            holderIdentity: undefined,
+            acquireTime: undefined,
+            renewTime: undefined,
+          },
+        },
       });
     } catch (err) {
-      this.#options.logger?.warn({ err, lease: `${namespace}/${name}` }, 'could not release the lease');
+      this.#options.logger?.warn(
+        { err, lease: `${namespace}/${name}` },
+        'could not release the lease',
+      );
     }
   }
 }

@@ -10,10 +10,30 @@ import type { ReflectorMetrics } from './reflector.ts';
  * `rollcall_watch_events_total{resource,type}`, `rollcall_watch_failures_total{resource,stage}`.
  */
 export function reflectorMetrics(registry: Registry, resource: string): ReflectorMetrics {
-  const restarts = counter(registry, 'rollcall_watch_restarts_total', 'Watches started again, by why the previous one ended.', 'reason');
-  const relists = counter(registry, 'rollcall_watch_relists_total', 'Full lists, by reason (initial or gone).', 'reason');
-  const events = counter(registry, 'rollcall_watch_events_total', 'Watch events received, by type.', 'type');
-  const failures = counter(registry, 'rollcall_watch_failures_total', 'Failed list or watch requests and handler errors.', 'stage');
+  const restarts = counter(
+    registry,
+    'rollcall_watch_restarts_total',
+    'Watches started again, by why the previous one ended.',
+    'reason',
+  );
+  const relists = counter(
+    registry,
+    'rollcall_watch_relists_total',
+    'Full lists, by reason (initial or gone).',
+    'reason',
+  );
+  const events = counter(
+    registry,
+    'rollcall_watch_events_total',
+    'Watch events received, by type.',
+    'type',
+  );
+  const failures = counter(
+    registry,
+    'rollcall_watch_failures_total',
+    'Failed list or watch requests and handler errors.',
+    'stage',
+  );
   return {
     watchRestarted: (reason) => restarts.inc({ resource, reason }),
     relisted: (reason) => relists.inc({ resource, reason }),

@@ -114,7 +114,10 @@ export interface StoreDiff<T> {
 }
 
 /** Compares the store with a list; objects with an unchanged resourceVersion are left out. */
-export function diffStore<T extends KubernetesObject>(store: ReadonlyMap<string, T>, listed: readonly T[]): StoreDiff<T> {
+export function diffStore<T extends KubernetesObject>(
+  store: ReadonlyMap<string, T>,
+  listed: readonly T[],
+): StoreDiff<T> {
   const diff: StoreDiff<T> = { added: [], updated: [], deleted: [] };
   const seen = new Set<string>();
   for (const obj of listed) {
@@ -122,7 +125,8 @@ export function diffStore<T extends KubernetesObject>(store: ReadonlyMap<string,
     seen.add(key);
     const old = store.get(key);
     if (!old) diff.added.push(obj);
-    else if (old.metadata?.resourceVersion !== obj.metadata?.resourceVersion) diff.updated.push([old, obj]);
+    else if (old.metadata?.resourceVersion !== obj.metadata?.resourceVersion)
+      diff.updated.push([old, obj]);
   }
   for (const [key, obj] of store) if (!seen.has(key)) diff.deleted.push(obj);
   return diff;
@@ -141,7 +145,11 @@ export function classifyWatchEnd(err: unknown): WatchEndReason {
 }
 
 const objectSchema = z.looseObject({
-  metadata: z.looseObject({ name: z.string().min(1), namespace: z.string().optional(), resourceVersion: z.string().optional() }),
+  metadata: z.looseObject({
+    name: z.string().min(1),
+    namespace: z.string().optional(),
+    resourceVersion: z.string().optional(),
+  }),
 });
 const bookmarkSchema = z.looseObject({ metadata: z.looseObject({ resourceVersion: z.string() }) });
 const listSchema = z.looseObject({
@@ -256,7 +264,8 @@ export class Reflector<T extends KubernetesObject> {
 
   async #run(signal: AbortSignal): Promise<void> {
     const { metrics, logger, backoff } = this.#options;
-    let relist: RelistReason | undefined = this.#resourceVersion === undefined ? 'initial' : undefined;
+    let relist: RelistReason | undefined =
+      this.#resourceVersion === undefined ? 'initial' : undefined;
     let failures = 0;
     while (!signal.aborted) {
       let delay = 0;
@@ -279,9 +288,15 @@ export class Reflector<T extends KubernetesObject> {
         metrics?.watchRestarted?.(outcome.reason);
         if (outcome.reason === 'error') {
           metrics?.failed?.('watch', outcome.error);
-          logger?.warn({ err: outcome.error, path: this.#options.path }, 'watch failed; restarting');
+          logger?.warn(
+            { err: outcome.error, path: this.#options.path },
+            'watch failed; restarting',
+          );
         } else {
-          logger?.debug({ reason: outcome.reason, path: this.#options.path }, 'watch ended; restarting');
+          logger?.debug(
+            { reason: outcome.reason, path: this.#options.path },
+            'watch ended; restarting',
+          );
         }
         if (outcome.reason === 'gone') relist = 'gone';
         if (outcome.sawData) failures = 0;
@@ -300,11 +315,17 @@ export class Reflector<T extends KubernetesObject> {
     let continueToken: string | undefined;
     do {
       const page = listSchema.parse(
-        await getJson(kc, path, { labelSelector, fieldSelector, limit: pageSize, continue: continueToken }, signal),
+        await getJson(
+          kc,
+          path,
+          { labelSelector, fieldSelector, limit: pageSize, continue: continueToken },
+          signal,
+        ),
       );
       // List items carry no apiVersion/kind; fill them in so consumers see the same shape as from the watch.
       const kind = page.kind?.replace(/List$/, '');
-      for (const item of page.items) items.push({ apiVersion: page.apiVersion, kind, ...item } as unknown as T);
+      for (const item of page.items)
+        items.push({ apiVersion: page.apiVersion, kind, ...item } as unknown as T);
       resourceVersion = page.metadata.resourceVersion;
       continueToken = page.metadata.continue || undefined;
     } while (continueToken);
@@ -327,7 +348,14 @@ export class Reflector<T extends KubernetesObject> {
    * error or the reflector stops; resolves only after its connection is closed.
    */
   async #watch(signal: AbortSignal): Promise<WatchOutcome> {
-    const { kc, path, labelSelector, fieldSelector, watchTimeoutSeconds = 300, staleAfterMs = 150_000 } = this.#options;
+    const {
+      kc,
+      path,
+      labelSelector,
+      fieldSelector,
+      watchTimeoutSeconds = 300,
+      staleAfterMs = 150_000,
+    } = this.#options;
     const openedAt = Date.now();
     let sawData = false;
     let ended: Pick<WatchOutcome, 'reason' | 'error'> | undefined;
@@ -360,7 +388,11 @@ export class Reflector<T extends KubernetesObject> {
       if (type !== 'ERROR') sawData = true;
       if (type === 'ERROR') {
         const status = asStatus(obj);
-        end(isGone(status) ? { reason: 'gone' } : { reason: 'error', error: new Error(`watch ERROR event: ${JSON.stringify(status)}`) });
+        end(
+          isGone(status)
+            ? { reason: 'gone' }
+            : { reason: 'error', error: new Error(`watch ERROR event: ${JSON.stringify(status)}`) },
+        );
         return;
       }
       if (type === 'BOOKMARK') {
@@ -379,7 +411,13 @@ export class Reflector<T extends KubernetesObject> {
 
     let controller: AbortController | undefined;
     try {
-      if (!ended) controller = await watchWithoutInactivityLimit(kc, staleAfterMs).watch(path, query, onEvent, (err: unknown) => end(errOutcome(err)));
+      if (!ended)
+        controller = await watchWithoutInactivityLimit(kc, staleAfterMs).watch(
+          path,
+          query,
+          onEvent,
+          (err: unknown) => end(errOutcome(err)),
+        );
     } catch (err) {
       end({ reason: 'error', error: err }); // e.g. credentials could not be applied
     }
@@ -424,7 +462,8 @@ export class Reflector<T extends KubernetesObject> {
  */
 function watchWithoutInactivityLimit(kc: KubeConfig, staleAfterMs: number): Watch {
   const watch = new Watch(kc);
-  if (typeof Reflect.get(watch, 'requestTimeoutMs') === 'number') Reflect.set(watch, 'requestTimeoutMs', staleAfterMs + 5_000);
+  if (typeof Reflect.get(watch, 'requestTimeoutMs') === 'number')
+    Reflect.set(watch, 'requestTimeoutMs', staleAfterMs + 5_000);
   return watch;
 }
 

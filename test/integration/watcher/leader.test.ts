@@ -1,7 +1,12 @@
 // Leader election on a real Lease: one leads, a release hands over at once, a crash after expiry.
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
-import { CoordinationV1Api, CoreV1Api, V1MicroTime, type KubeConfig } from '@kubernetes/client-node';
+import {
+  CoordinationV1Api,
+  CoreV1Api,
+  V1MicroTime,
+  type KubeConfig,
+} from '@kubernetes/client-node';
 import { LeaderElector } from '../../../watcher/leader.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import { TcpProxy } from './tcp-proxy.ts';
@@ -37,7 +42,8 @@ async function eventually(check: () => boolean, what: string, timeoutMs = 10_000
   }
 }
 
-const holderOf = async (name: string) => (await coordination.readNamespacedLease({ namespace, name })).spec?.holderIdentity;
+const holderOf = async (name: string) =>
+  (await coordination.readNamespacedLease({ namespace, name })).spec?.holderIdentity;
 
 before(async () => {
   await core.createNamespace({ body: { metadata: { name: namespace } } });
@@ -103,7 +109,10 @@ describe('LeaderElector on the real cluster', () => {
     await coordination.replaceNamespacedLease({
       namespace,
       name: lease,
-      body: { ...current, spec: { ...current.spec, holderIdentity: 'intruder', renewTime: new V1MicroTime() } },
+      body: {
+        ...current,
+        spec: { ...current.spec, holderIdentity: 'intruder', renewTime: new V1MicroTime() },
+      },
     });
     await eventually(() => !a.elector.isLeader(), 'a to step down', 2_000);
     assert.ok(a.stoppedAt > 0);
@@ -122,7 +131,10 @@ describe('LeaderElector on the real cluster', () => {
       proxy.cut({ refuse: true });
       await eventually(() => b.elector.isLeader(), 'b to lead', 8_000);
       assert.ok(a.stoppedAt > 0 && a.stoppedAt < b.startedAt, 'a stepped down before b started');
-      assert.ok(a.stoppedAt - cutAt <= 2_000 + 100, `a stepped down ${a.stoppedAt - cutAt} ms after the cut (renew deadline 2 s)`);
+      assert.ok(
+        a.stoppedAt - cutAt <= 2_000 + 100,
+        `a stepped down ${a.stoppedAt - cutAt} ms after the cut (renew deadline 2 s)`,
+      );
     } finally {
       await proxy.close();
     }

@@ -1,7 +1,13 @@
 // The reflector against the real local cluster: events, resume, 410, silence and cut connections.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { ApiextensionsV1Api, CoreV1Api, CustomObjectsApi, type KubernetesObject, type V1ConfigMap } from '@kubernetes/client-node';
+import {
+  ApiextensionsV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  type KubernetesObject,
+  type V1ConfigMap,
+} from '@kubernetes/client-node';
 import { Reflector, objectKey, type ReflectorOptions } from '../../../watcher/reflector.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import { TcpProxy } from './tcp-proxy.ts';
@@ -24,7 +30,8 @@ function recorded(options: Partial<ReflectorOptions<V1ConfigMap>> = {}) {
     backoff: { initialMs: 50, maxMs: 500 },
     onAdd: (o) => void events.push(`add ${o.metadata?.name}`),
     onUpdate: (_, o) => void events.push(`update ${o.metadata?.name} ${JSON.stringify(o.data)}`),
-    onDelete: (o, vanished) => void events.push(`delete ${o.metadata?.name}${vanished ? ' (vanished)' : ''}`),
+    onDelete: (o, vanished) =>
+      void events.push(`delete ${o.metadata?.name}${vanished ? ' (vanished)' : ''}`),
     onSynced: (all) => void events.push(`synced ${all.length}`),
     metrics: {
       watchRestarted: (reason) => void metrics.push(`restart:${reason}`),
@@ -59,7 +66,16 @@ async function installWidgetCrd(group = `${uniqueName('w')}.rollcall.test`) {
         group,
         scope: 'Cluster',
         names: { plural: 'widgets', singular: 'widget', kind: 'Widget' },
-        versions: [{ name: 'v1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', x_kubernetes_preserve_unknown_fields: true } } }],
+        versions: [
+          {
+            name: 'v1',
+            served: true,
+            storage: true,
+            schema: {
+              openAPIV3Schema: { type: 'object', x_kubernetes_preserve_unknown_fields: true },
+            },
+          },
+        ],
       },
     },
   });
@@ -67,7 +83,12 @@ async function installWidgetCrd(group = `${uniqueName('w')}.rollcall.test`) {
     // Right after Established the resource may still 404 for a moment.
     for (let attempt = 0; ; attempt++) {
       try {
-        return await custom.createClusterCustomObject({ group, version: 'v1', plural: 'widgets', body: { apiVersion: `${group}/v1`, kind: 'Widget', metadata: { name: widget } } });
+        return await custom.createClusterCustomObject({
+          group,
+          version: 'v1',
+          plural: 'widgets',
+          body: { apiVersion: `${group}/v1`, kind: 'Widget', metadata: { name: widget } },
+        });
       } catch (err) {
         if (attempt >= 50) throw err;
         await new Promise((resolve) => setTimeout(resolve, 200));
@@ -84,7 +105,11 @@ async function installWidgetCrd(group = `${uniqueName('w')}.rollcall.test`) {
     group,
     path: `/apis/${group}/v1/widgets`,
     create,
-    uninstall: () => extensions.deleteCustomResourceDefinition({ name }).then(() => undefined, () => undefined),
+    uninstall: () =>
+      extensions.deleteCustomResourceDefinition({ name }).then(
+        () => undefined,
+        () => undefined,
+      ),
   };
 }
 
@@ -104,9 +129,11 @@ describe('Reflector on the real cluster', () => {
       await eventually(() => reflector.hasSynced(), 'the first sync');
       assert.deepEqual(events, ['add first', 'synced 1']);
       await createConfigMap('second');
-      await core.patchNamespacedConfigMap(
-        { namespace, name: 'first', body: [{ op: 'replace', path: '/data/v', value: '2' }] },
-      );
+      await core.patchNamespacedConfigMap({
+        namespace,
+        name: 'first',
+        body: [{ op: 'replace', path: '/data/v', value: '2' }],
+      });
       await deleteConfigMap('second');
       await eventually(() => events.length === 5, 'three more events');
       assert.deepEqual(events.slice(2), ['add second', 'update first {"v":"2"}', 'delete second']);
@@ -148,14 +175,27 @@ describe('Reflector on the real cluster', () => {
     const widgets = await installWidgetCrd();
     try {
       await widgets.create('kept');
-      const seed = [{ apiVersion: `${widgets.group}/v1`, kind: 'Widget', metadata: { name: 'gone-while-away', resourceVersion: '1' } }];
-      const { reflector, events, metrics } = recorded({ path: widgets.path, labelSelector: undefined, resumeFrom: { objects: seed, resourceVersion: '1' } });
+      const seed = [
+        {
+          apiVersion: `${widgets.group}/v1`,
+          kind: 'Widget',
+          metadata: { name: 'gone-while-away', resourceVersion: '1' },
+        },
+      ];
+      const { reflector, events, metrics } = recorded({
+        path: widgets.path,
+        labelSelector: undefined,
+        resumeFrom: { objects: seed, resourceVersion: '1' },
+      });
       reflector.start();
       try {
         await eventually(() => events.includes('synced 1'), 'the relist');
         assert.deepEqual(events, ['delete gone-while-away (vanished)', 'add kept', 'synced 1']);
         // A cache that is still initialising answers 429 first: that is a (retried) error.
-        assert.deepEqual(metrics.filter((m) => m !== 'restart:error'), ['restart:gone', 'relist:gone']);
+        assert.deepEqual(
+          metrics.filter((m) => m !== 'restart:error'),
+          ['restart:gone', 'relist:gone'],
+        );
         await widgets.create('after');
         await eventually(() => events.includes('add after'), 'an event after the relist');
       } finally {
@@ -170,7 +210,10 @@ describe('Reflector on the real cluster', () => {
     const { reflector, events, metrics } = recorded({ staleAfterMs: 300 });
     reflector.start();
     try {
-      await eventually(() => metrics.filter((m) => m === 'restart:stale').length >= 2, 'two stale restarts');
+      await eventually(
+        () => metrics.filter((m) => m === 'restart:stale').length >= 2,
+        'two stale restarts',
+      );
       await createConfigMap('late');
       await eventually(() => events.includes('add late'), 'the change after the restarts');
       assert.ok(!metrics.includes('relist:gone'), 'a stale watch resumes without relisting');
@@ -188,10 +231,21 @@ describe('Reflector on the real cluster', () => {
       await eventually(() => reflector.hasSynced(), 'the first sync');
       proxy.cut({ refuse: true });
       await createConfigMap('while-cut');
-      await eventually(() => metrics.filter((m) => m === 'restart:error').length >= 3, 'three failed attempts');
+      await eventually(
+        () => metrics.filter((m) => m === 'restart:error').length >= 3,
+        'three failed attempts',
+      );
       proxy.restore();
-      await eventually(() => events.includes('add while-cut'), 'the change made while cut off', 15_000);
-      assert.deepEqual(metrics.filter((m) => m.startsWith('relist')), ['relist:initial'], 'resumed, not relisted');
+      await eventually(
+        () => events.includes('add while-cut'),
+        'the change made while cut off',
+        15_000,
+      );
+      assert.deepEqual(
+        metrics.filter((m) => m.startsWith('relist')),
+        ['relist:initial'],
+        'resumed, not relisted',
+      );
     } finally {
       await reflector.stop();
       await proxy.close();
@@ -217,7 +271,10 @@ describe('Reflector on the real cluster', () => {
       await eventually(() => widgets.hasSynced(), 'the sync after the CRD appeared', 20_000);
       await crd.create('w1');
       await eventually(() => widgets.get('w1') !== undefined, 'the widget in the store');
-      assert.ok(failures.every((stage) => stage === 'list'), `failures: ${failures.join(', ')}`);
+      assert.ok(
+        failures.every((stage) => stage === 'list'),
+        `failures: ${failures.join(', ')}`,
+      );
     } finally {
       await widgets.stop();
       await crd?.uninstall();

@@ -33,7 +33,9 @@ export class TcpProxy {
     const { port } = proxy.#server.address() as AddressInfo;
     const proxied = new KubeConfig();
     proxied.loadFromOptions({
-      clusters: kc.getClusters().map((c) => (c.name === cluster.name ? { ...c, server: `https://127.0.0.1:${port}` } : c)),
+      clusters: kc
+        .getClusters()
+        .map((c) => (c.name === cluster.name ? { ...c, server: `https://127.0.0.1:${port}` } : c)),
       users: kc.getUsers(),
       contexts: kc.getContexts(),
       currentContext: kc.getCurrentContext(),

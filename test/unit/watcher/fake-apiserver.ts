@@ -108,12 +108,25 @@ export class FakeApiServer {
 }
 
 /** A ConfigMap fixture. */
-export function configMap(name: string, resourceVersion: string, data: Record<string, string> = {}) {
-  return { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: 'ns', resourceVersion }, data };
+export function configMap(
+  name: string,
+  resourceVersion: string,
+  data: Record<string, string> = {},
+) {
+  return {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name, namespace: 'ns', resourceVersion },
+    data,
+  };
 }
 
 /** A ConfigMapList page as the apiserver returns it (items without apiVersion/kind). */
-export function configMapList(resourceVersion: string, items: ReturnType<typeof configMap>[], continueToken?: string): Answer {
+export function configMapList(
+  resourceVersion: string,
+  items: ReturnType<typeof configMap>[],
+  continueToken?: string,
+): Answer {
   return {
     status: 200,
     body: {
@@ -126,7 +139,11 @@ export function configMapList(resourceVersion: string, items: ReturnType<typeof 
 }
 
 /** Polls `check` until it holds, or fails after `timeoutMs`. */
-export async function eventually(check: () => boolean, timeoutMs = 5_000, what = 'condition'): Promise<void> {
+export async function eventually(
+  check: () => boolean,
+  timeoutMs = 5_000,
+  what = 'condition',
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!check()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);

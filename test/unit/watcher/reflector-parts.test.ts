@@ -14,7 +14,8 @@ describe('objectKey', () => {
 });
 
 describe('diffStore', () => {
-  const store = (...objs: ReturnType<typeof configMap>[]) => new Map(objs.map((o) => [objectKey(o), o]));
+  const store = (...objs: ReturnType<typeof configMap>[]) =>
+    new Map(objs.map((o) => [objectKey(o), o]));
 
   it('reports listed objects missing from the store as added', () => {
     const diff = diffStore(store(), [configMap('a', '1')]);
@@ -27,8 +28,12 @@ describe('diffStore', () => {
   });
 
   it('reports an object whose resourceVersion changed as updated, old then new', () => {
-    const diff = diffStore(store(configMap('a', '1', { v: 'old' })), [configMap('a', '5', { v: 'new' })]);
-    assert.deepEqual(diff.updated, [[configMap('a', '1', { v: 'old' }), configMap('a', '5', { v: 'new' })]]);
+    const diff = diffStore(store(configMap('a', '1', { v: 'old' })), [
+      configMap('a', '5', { v: 'new' }),
+    ]);
+    assert.deepEqual(diff.updated, [
+      [configMap('a', '1', { v: 'old' }), configMap('a', '5', { v: 'new' })],
+    ]);
   });
 
   it('leaves out objects whose resourceVersion did not change', () => {
@@ -39,7 +44,10 @@ describe('diffStore', () => {
 
 describe('isGone', () => {
   it('recognises 410 and the Expired/Gone reasons', () => {
-    assert.equal(isGone({ code: 410, reason: 'Expired', message: 'too old resource version: 1 (100)' }), true);
+    assert.equal(
+      isGone({ code: 410, reason: 'Expired', message: 'too old resource version: 1 (100)' }),
+      true,
+    );
     assert.equal(isGone({ reason: 'Gone' }), true);
     assert.equal(isGone({ code: 500, reason: 'InternalError' }), false);
     assert.equal(isGone(undefined), false);
@@ -52,7 +60,12 @@ describe('classifyWatchEnd', () => {
   });
 
   it("treats client-node's inactivity timeout as a stale watch", () => {
-    assert.equal(classifyWatchEnd(new DOMException('The operation was aborted due to timeout', 'TimeoutError')), 'stale');
+    assert.equal(
+      classifyWatchEnd(
+        new DOMException('The operation was aborted due to timeout', 'TimeoutError'),
+      ),
+      'stale',
+    );
   });
 
   it('treats an HTTP 410 as gone, from client-node (statusCode) or our own requests', () => {
@@ -61,13 +74,20 @@ describe('classifyWatchEnd', () => {
   });
 
   it('treats every other failure as an error', () => {
-    assert.equal(classifyWatchEnd(Object.assign(new Error('Forbidden'), { statusCode: 403 })), 'error');
+    assert.equal(
+      classifyWatchEnd(Object.assign(new Error('Forbidden'), { statusCode: 403 })),
+      'error',
+    );
     assert.equal(classifyWatchEnd(new Error('ECONNRESET')), 'error');
   });
 });
 
 describe('leaseIsFree', () => {
-  const lease = (holderIdentity: string | undefined, renewTime: Date | undefined, leaseDurationSeconds = 15): V1Lease => ({
+  const lease = (
+    holderIdentity: string | undefined,
+    renewTime: Date | undefined,
+    leaseDurationSeconds = 15,
+  ): V1Lease => ({
     metadata: { name: 'l' },
     spec: { holderIdentity, renewTime, leaseDurationSeconds },
   });

@@ -2,10 +2,19 @@ import assert from 'node:assert/strict';
 import { afterEach, describe, it } from 'node:test';
 import type { KubernetesObject } from '@kubernetes/client-node';
 import { Reflector, objectKey, type ReflectorOptions } from '../../../watcher/reflector.ts';
-import { FakeApiServer, configMap, configMapList, eventually, type FakeApiServerOptions } from './fake-apiserver.ts';
+import {
+  FakeApiServer,
+  configMap,
+  configMapList,
+  eventually,
+  type FakeApiServerOptions,
+} from './fake-apiserver.ts';
 
 /** Starts a reflector against a fake apiserver and records what it reports, as short strings. */
-async function harness(fakeOptions: FakeApiServerOptions, options: Partial<ReflectorOptions<KubernetesObject>> = {}) {
+async function harness(
+  fakeOptions: FakeApiServerOptions,
+  options: Partial<ReflectorOptions<KubernetesObject>> = {},
+) {
   const fake = await FakeApiServer.start(fakeOptions);
   const events: string[] = [];
   const metrics: string[] = [];
@@ -16,7 +25,8 @@ async function harness(fakeOptions: FakeApiServerOptions, options: Partial<Refle
     backoff: { initialMs: 10, maxMs: 50 },
     onAdd: (o) => void events.push(`add ${objectKey(o)}@${rv(o)}`),
     onUpdate: (old, o) => void events.push(`update ${objectKey(o)}@${rv(old)}→${rv(o)}`),
-    onDelete: (o, unknown) => void events.push(`delete ${objectKey(o)}${unknown ? ' (vanished)' : ''}`),
+    onDelete: (o, unknown) =>
+      void events.push(`delete ${objectKey(o)}${unknown ? ' (vanished)' : ''}`),
     onSynced: (all) => void events.push(`synced ${all.length}`),
     metrics: {
       watchRestarted: (reason) => void metrics.push(`restart:${reason}`),
@@ -38,17 +48,26 @@ afterEach(async () => {
 
 describe('Reflector against a scripted apiserver', () => {
   it('lists every page, delivers adds then onSynced, and watches from the list’s resourceVersion', async () => {
-    const { fake, reflector, events } = await harness({
-      list: (q) =>
-        q.get('continue') === 'page2'
-          ? configMapList('10', [configMap('b', '7')])
-          : configMapList('10', [configMap('a', '5')], 'page2'),
-    }, { pageSize: 1, labelSelector: 'app=x' });
+    const { fake, reflector, events } = await harness(
+      {
+        list: (q) =>
+          q.get('continue') === 'page2'
+            ? configMapList('10', [configMap('b', '7')])
+            : configMapList('10', [configMap('a', '5')], 'page2'),
+      },
+      { pageSize: 1, labelSelector: 'app=x' },
+    );
     reflector.start();
     await eventually(() => fake.watches.length === 1, 5_000, 'the watch');
     assert.deepEqual(events, ['add ns/a@5', 'add ns/b@7', 'synced 2']);
     assert.equal(reflector.hasSynced(), true);
-    assert.deepEqual(fake.lists.map((q) => [q.get('limit'), q.get('continue'), q.get('labelSelector')]), [['1', null, 'app=x'], ['1', 'page2', 'app=x']]);
+    assert.deepEqual(
+      fake.lists.map((q) => [q.get('limit'), q.get('continue'), q.get('labelSelector')]),
+      [
+        ['1', null, 'app=x'],
+        ['1', 'page2', 'app=x'],
+      ],
+    );
     const watch = fake.watches[0]!;
     assert.equal(watch.get('resourceVersion'), '10');
     assert.equal(watch.get('allowWatchBookmarks'), 'true');
@@ -73,7 +92,13 @@ describe('Reflector against a scripted apiserver', () => {
     });
     reflector.start();
     await eventually(() => events.length === 5, 5_000, 'five events');
-    assert.deepEqual(events, ['add ns/a@5', 'synced 1', 'add ns/b@11', 'update ns/a@5→12', 'delete ns/b']);
+    assert.deepEqual(events, [
+      'add ns/a@5',
+      'synced 1',
+      'add ns/b@11',
+      'update ns/a@5→12',
+      'delete ns/b',
+    ]);
     assert.deepEqual(reflector.list().map(objectKey), ['ns/a']);
     assert.deepEqual((reflector.get('ns/a') as { data?: unknown }).data, { k: 'v' });
     assert.equal(reflector.resourceVersion, '13');
@@ -84,7 +109,11 @@ describe('Reflector against a scripted apiserver', () => {
       list: () => configMapList('10', []),
       watches: [
         (w) => {
-          w.send('BOOKMARK', { kind: 'ConfigMap', apiVersion: 'v1', metadata: { resourceVersion: '42' } });
+          w.send('BOOKMARK', {
+            kind: 'ConfigMap',
+            apiVersion: 'v1',
+            metadata: { resourceVersion: '42' },
+          });
           w.end();
         },
       ],
@@ -103,13 +132,26 @@ describe('Reflector against a scripted apiserver', () => {
         ++listed === 1
           ? configMapList('10', [configMap('a', '5'), configMap('b', '6')])
           : configMapList('90', [configMap('a', '80'), configMap('c', '85')]),
-      watches: [(w) => w.send('ERROR', { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version: 10 (50)' })],
+      watches: [
+        (w) =>
+          w.send('ERROR', {
+            kind: 'Status',
+            code: 410,
+            reason: 'Expired',
+            message: 'too old resource version: 10 (50)',
+          }),
+      ],
     });
     reflector.start();
     await eventually(() => fake.watches.length === 2, 5_000, 'the watch after the relist');
     assert.deepEqual(events, [
-      'add ns/a@5', 'add ns/b@6', 'synced 2',
-      'delete ns/b (vanished)', 'add ns/c@85', 'update ns/a@5→80', 'synced 2',
+      'add ns/a@5',
+      'add ns/b@6',
+      'synced 2',
+      'delete ns/b (vanished)',
+      'add ns/c@85',
+      'update ns/a@5→80',
+      'synced 2',
     ]);
     assert.equal(fake.watches[1]!.get('resourceVersion'), '90');
     assert.deepEqual(metrics, ['relist:initial', 'restart:gone', 'relist:gone']);
@@ -127,7 +169,8 @@ describe('Reflector against a scripted apiserver', () => {
   });
 
   it('backs off instead of relisting in a tight loop when every fresh watch is answered with 410', async () => {
-    const gone = (w: { send(type: string, object: unknown): void }) => w.send('ERROR', { kind: 'Status', code: 410, reason: 'Expired' });
+    const gone = (w: { send(type: string, object: unknown): void }) =>
+      w.send('ERROR', { kind: 'Status', code: 410, reason: 'Expired' });
     const { fake, reflector } = await harness(
       { list: () => configMapList('10', []), watches: Array.from({ length: 50 }, () => gone) },
       { backoff: { initialMs: 50, maxMs: 1_000, jitter: 0 } },
@@ -141,7 +184,10 @@ describe('Reflector against a scripted apiserver', () => {
   it('keeps retrying a failing watch with growing delays and never stops', async () => {
     const fail = (status: number) => (w: { fail(status: number): void }) => w.fail(status);
     const { fake, reflector, metrics } = await harness(
-      { list: () => configMapList('10', []), watches: [fail(500), fail(403), fail(500), fail(503)] },
+      {
+        list: () => configMapList('10', []),
+        watches: [fail(500), fail(403), fail(500), fail(503)],
+      },
       { backoff: { initialMs: 20, maxMs: 1_000, jitter: 0 } },
     );
     const started = Date.now();
@@ -149,15 +195,26 @@ describe('Reflector against a scripted apiserver', () => {
     await eventually(() => fake.watches.length === 5, 5_000, 'a fifth watch');
     // 20 + 40 + 80 + 160 ms of backoff before the fifth attempt.
     assert.ok(Date.now() - started >= 300, `retried after ${Date.now() - started} ms`);
-    assert.deepEqual(metrics.slice(1), ['restart:error', 'restart:error', 'restart:error', 'restart:error']);
-    assert.ok(fake.watches.every((q) => q.get('resourceVersion') === '10'), 'resumes from the same version');
+    assert.deepEqual(metrics.slice(1), [
+      'restart:error',
+      'restart:error',
+      'restart:error',
+      'restart:error',
+    ]);
+    assert.ok(
+      fake.watches.every((q) => q.get('resourceVersion') === '10'),
+      'resumes from the same version',
+    );
     assert.equal(fake.lists.length, 1, 'errors other than 410 do not relist');
   });
 
   it('retries a failing list until it succeeds', async () => {
     let attempts = 0;
     const { fake, reflector, events } = await harness({
-      list: () => (++attempts < 3 ? { status: 500, body: { kind: 'Status', code: 500, message: 'etcd hiccup' } } : configMapList('10', [configMap('a', '1')])),
+      list: () =>
+        ++attempts < 3
+          ? { status: 500, body: { kind: 'Status', code: 500, message: 'etcd hiccup' } }
+          : configMapList('10', [configMap('a', '1')]),
     });
     reflector.start();
     await eventually(() => fake.watches.length === 1, 5_000, 'the watch');
@@ -166,21 +223,36 @@ describe('Reflector against a scripted apiserver', () => {
   });
 
   it('lists from the start again when a continue token expired', async () => {
-    const { fake, reflector } = await harness({
-      list: (q) => {
-        const token = q.get('continue');
-        if (token === 'stale') return { status: 410, body: { kind: 'Status', code: 410, reason: 'Expired', message: 'continue too old' } };
-        return fake.lists.length === 1 ? configMapList('10', [configMap('a', '1')], 'stale') : configMapList('20', [configMap('a', '1')]);
+    const { fake, reflector } = await harness(
+      {
+        list: (q) => {
+          const token = q.get('continue');
+          if (token === 'stale')
+            return {
+              status: 410,
+              body: { kind: 'Status', code: 410, reason: 'Expired', message: 'continue too old' },
+            };
+          return fake.lists.length === 1
+            ? configMapList('10', [configMap('a', '1')], 'stale')
+            : configMapList('20', [configMap('a', '1')]);
+        },
       },
-    }, { pageSize: 1 });
+      { pageSize: 1 },
+    );
     reflector.start();
     await eventually(() => fake.watches.length === 1, 5_000, 'the watch');
-    assert.deepEqual(fake.lists.map((q) => q.get('continue')), [null, 'stale', null]);
+    assert.deepEqual(
+      fake.lists.map((q) => q.get('continue')),
+      [null, 'stale', null],
+    );
     assert.equal(fake.watches[0]!.get('resourceVersion'), '20');
   });
 
   it('aborts a watch that stays silent for staleAfterMs and resumes it', async () => {
-    const { fake, reflector, metrics } = await harness({ list: () => configMapList('10', []) }, { staleAfterMs: 150 });
+    const { fake, reflector, metrics } = await harness(
+      { list: () => configMapList('10', []) },
+      { staleAfterMs: 150 },
+    );
     reflector.start();
     await eventually(() => fake.watches.length === 3, 5_000, 'two restarts');
     assert.deepEqual(metrics.slice(0, 3), ['relist:initial', 'restart:stale', 'restart:stale']);
@@ -195,7 +267,8 @@ describe('Reflector against a scripted apiserver', () => {
           (w) => {
             let rv = 10;
             const timer = setInterval(() => {
-              if (w.query && !fakeClosed) w.send('BOOKMARK', { metadata: { resourceVersion: String(++rv) } });
+              if (w.query && !fakeClosed)
+                w.send('BOOKMARK', { metadata: { resourceVersion: String(++rv) } });
             }, 50);
             cleanups.push(async () => clearInterval(timer));
           },
@@ -215,7 +288,15 @@ describe('Reflector against a scripted apiserver', () => {
     const { fake, reflector, events } = await harness(
       {
         list: () => configMapList('90', [configMap('a', '5'), configMap('c', '85')]),
-        watches: [(w) => w.send('ERROR', { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version: 3' })],
+        watches: [
+          (w) =>
+            w.send('ERROR', {
+              kind: 'Status',
+              code: 410,
+              reason: 'Expired',
+              message: 'too old resource version: 3',
+            }),
+        ],
       },
       { resumeFrom: { objects: [configMap('a', '5'), configMap('b', '3')], resourceVersion: '3' } },
     );
@@ -243,7 +324,9 @@ describe('Reflector against a scripted apiserver', () => {
     const { reflector } = await harness(
       {
         list: () => configMapList('10', []),
-        watches: [(w) => ['a', 'b', 'c'].forEach((n, i) => w.send('ADDED', configMap(n, String(11 + i))))],
+        watches: [
+          (w) => ['a', 'b', 'c'].forEach((n, i) => w.send('ADDED', configMap(n, String(11 + i)))),
+        ],
       },
       {
         onAdd: async (o) => {
@@ -281,12 +364,20 @@ describe('Reflector against a scripted apiserver', () => {
     // Counts handles by type; earlier tests' sockets may still be closing, so compare as "no more than before".
     const handles = () => {
       const counts = new Map<string, number>();
-      for (const type of process.getActiveResourcesInfo()) counts.set(type, (counts.get(type) ?? 0) + 1);
+      for (const type of process.getActiveResourcesInfo())
+        counts.set(type, (counts.get(type) ?? 0) + 1);
       return counts;
     };
     const before = handles();
-    const fake = await FakeApiServer.start({ list: () => configMapList('10', [configMap('a', '1')]) });
-    const reflector = new Reflector({ kc: fake.kubeConfig(), path: '/api/v1/namespaces/ns/configmaps', resyncMs: 1_000, onResync: () => {} });
+    const fake = await FakeApiServer.start({
+      list: () => configMapList('10', [configMap('a', '1')]),
+    });
+    const reflector = new Reflector({
+      kc: fake.kubeConfig(),
+      path: '/api/v1/namespaces/ns/configmaps',
+      resyncMs: 1_000,
+      onResync: () => {},
+    });
     cleanups.push(() => fake.close());
     reflector.start();
     await eventually(() => fake.openWatches === 1, 5_000, 'the watch');
@@ -294,7 +385,11 @@ describe('Reflector against a scripted apiserver', () => {
     await eventually(() => fake.openWatches === 0, 2_000, 'the watch to close');
     await fake.close();
     await new Promise((resolve) => setTimeout(resolve, 20)); // handles are released a tick after close
-    for (const [type, count] of handles()) assert.ok(count <= (before.get(type) ?? 0), `${count} × ${type} left, ${before.get(type) ?? 0} before`);
+    for (const [type, count] of handles())
+      assert.ok(
+        count <= (before.get(type) ?? 0),
+        `${count} × ${type} left, ${before.get(type) ?? 0} before`,
+      );
     assert.deepEqual(reflector.list().map(objectKey), ['ns/a'], 'the store survives stop()');
   });
 });
