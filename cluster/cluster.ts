@@ -118,8 +118,9 @@ export async function up(dir = localDir, log: Log = console.error): Promise<Clus
       '--allow-privileged=true',
       // The kubernetes Service's endpoint cannot be a loopback address; nothing here needs it.
       '--endpoint-reconciler-type=none',
-      // Pods need no token volumes on fake nodes; this also spares waiting for default SAs.
-      '--disable-admission-plugins=ServiceAccount',
+      // Pods need no token volumes on fake nodes (ServiceAccount); the fake node must not start
+      // tainted not-ready (TaintNodesByCondition), as no node lifecycle controller runs to lift it.
+      '--disable-admission-plugins=ServiceAccount,TaintNodesByCondition',
       '--profiling=false',
     ]);
     await waitFor('kube-apiserver', () => apiOk(state, pki, '/readyz'), state, 120_000);
@@ -138,7 +139,9 @@ export async function up(dir = localDir, log: Log = console.error): Promise<Clus
       `--secure-port=${ports.controllerManager}`,
       `--service-account-private-key-file=${pki.serviceAccountKey}`,
       `--root-ca-file=${pki.caCert}`,
-      '--controllers=*',
+      // kwok's node never misses a heartbeat that matters; without this, a brief gap lets the
+      // node lifecycle controller mark every pod NotReady for good (kwok only readies Pending pods).
+      '--controllers=*,-node-lifecycle-controller',
       '--leader-elect=false',
     ]);
     start('kube-scheduler', binaries.kube, [

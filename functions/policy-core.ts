@@ -94,7 +94,7 @@ export function computePolicy(input: PolicyCoreInput): PolicyDecision {
     )
     .sort((a, b) => (a.pod < b.pod ? -1 : a.pod > b.pod ? 1 : 0));
 
-  const { readiness, webhook } = decide(
+  const decided = decide(
     input,
     replicas,
     readyReplicas,
@@ -102,12 +102,21 @@ export function computePolicy(input: PolicyCoreInput): PolicyDecision {
     generation,
     desired,
   );
+  const { webhook } = decided;
   const servedGeneration =
     webhook.kind === 'serve'
       ? webhook.generation
       : webhook.kind === 'keep'
         ? input.servedGeneration
         : undefined;
+  // An operator's first question about a policy that is not Ready: what is enforced now?
+  const readiness: Readiness =
+    decided.readiness.state === 'Ready'
+      ? decided.readiness
+      : {
+          ...decided.readiness,
+          message: `${decided.readiness.message}; ${servedGeneration === undefined ? 'no webhook is registered' : `the webhook still enforces generation ${servedGeneration}`}`,
+        };
   const shownFailures = failures
     .slice(0, MAX_REPORTED_FAILURES)
     .map((f) => ({ pod: f.pod, message: truncateUtf8(f.message, FAILURE_MESSAGE_MAX_BYTES) }));

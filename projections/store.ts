@@ -64,12 +64,26 @@ function meta(m: Meta | undefined, annotations?: string[]): Meta {
 
 type AnyObject = { metadata?: Meta; spec?: Record<string, unknown>; status?: Record<string, unknown>; webhooks?: unknown } & Record<string, unknown>;
 
+/** apiVersion and kind per projection: list responses leave them out of their items. */
+const typeMeta: Record<ProjectedKind, { apiVersion: string; kind: string }> = {
+  policy: { apiVersion: 'rollcall.dev/v1alpha1', kind: 'Policy' },
+  policyserver: { apiVersion: 'rollcall.dev/v1alpha1', kind: 'PolicyServer' },
+  deployment: { apiVersion: 'apps/v1', kind: 'Deployment' },
+  replicaset: { apiVersion: 'apps/v1', kind: 'ReplicaSet' },
+  pod: { apiVersion: 'v1', kind: 'Pod' },
+  webhook: { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingWebhookConfiguration' },
+};
+
 /** Keeps only what the cores read: the projections stay small (a pod is a few hundred bytes). */
 export function compact(kind: ProjectedKind, obj: AnyObject): unknown {
+  return { ...typeMeta[kind], ...compactBody(kind, obj) };
+}
+
+function compactBody(kind: ProjectedKind, obj: AnyObject): Record<string, unknown> {
   switch (kind) {
     case 'policy':
     case 'policyserver':
-      return { apiVersion: obj.apiVersion, kind: obj.kind, metadata: meta(obj.metadata), spec: obj.spec, status: obj.status };
+      return { metadata: meta(obj.metadata), spec: obj.spec, status: obj.status };
     case 'deployment': {
       const spec = obj.spec as Deployment['spec'];
       return {

@@ -20,6 +20,11 @@ export interface Config {
   webhookUrl: string | undefined;
   /** PEM file of the CA for webhooks registered by URL. */
   webhookCaFile: string | undefined;
+  /**
+   * How long a job's lock lives without renewal: a worker that dies mid-job leaves its key
+   * locked this long before another worker runs it again.
+   */
+  jobLockMs: number;
   logLevel: string;
   /** This replica's identity in leader election. */
   identity: string;
@@ -44,6 +49,7 @@ export const configFlags = {
   'write-burst': { type: 'string' },
   'webhook-url': { type: 'string' },
   'webhook-ca-file': { type: 'string' },
+  'job-lock-ms': { type: 'string' },
   'log-level': { type: 'string' },
   identity: { type: 'string' },
   'install-crds': { type: 'boolean' },
@@ -62,6 +68,7 @@ export const configHelp = `options (flag, then environment variable, then defaul
   --write-burst N        (ROLLCALL_WRITE_BURST, 100)
   --webhook-url URL      register webhooks by URL, for out-of-cluster development (ROLLCALL_WEBHOOK_URL)
   --webhook-ca-file F    CA (PEM) of that URL (ROLLCALL_WEBHOOK_CA_FILE)
+  --job-lock-ms N        a dead worker's job runs again after this (ROLLCALL_JOB_LOCK_MS, 30000)
   --log-level L          pino level (LOG_LEVEL, info)
   --identity ID          leader-election identity (POD_NAME, host-pid)
   --install-crds         apply the CRDs at start (local use)
@@ -103,6 +110,7 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     writeBurst: int('write-burst', 'ROLLCALL_WRITE_BURST', 100, 1),
     webhookUrl: str('webhook-url', 'ROLLCALL_WEBHOOK_URL'),
     webhookCaFile: str('webhook-ca-file', 'ROLLCALL_WEBHOOK_CA_FILE'),
+    jobLockMs: int('job-lock-ms', 'ROLLCALL_JOB_LOCK_MS', 30_000, 100),
     logLevel: str('log-level', 'LOG_LEVEL', 'info')!,
     identity: str('identity', 'POD_NAME', `${hostname()}-${process.pid}`)!,
     installCrds: values['install-crds'] === true,

@@ -55,15 +55,19 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
   }
 
   let worker: RunningWorker | undefined;
+  let store: ProjectionStore | undefined;
   if (roles.includes('worker')) {
-    const store = new ProjectionStore(createRedis(config.redisUrl, 'worker'));
+    const storeRedis = createRedis(config.redisUrl, 'worker');
+    storeRedis.on('error', (err) => logger.warn({ err: err.message }, 'redis (projections) error'));
+    const projections = new ProjectionStore(storeRedis);
+    store = projections;
     const webhookCaBundle = config.webhookCaFile ? readFileSync(config.webhookCaFile).toString('base64') : undefined;
     const handlers: Record<string, Handler> = {};
     for (const fn of functions) {
       handlers[fn.name] = (_key, ctx) => {
         const fctx: FunctionContext = {
           ...ctx,
-          store,
+          store: projections,
           kube: new KubeWriter(kc, ctx.acquireWriteToken),
           config: { namespace: config.namespace, webhookUrl: config.webhookUrl, webhookCaBundle },
           now: () => new Date(),
@@ -75,6 +79,7 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
       connection: config.redisUrl,
       handlers,
       concurrency: config.concurrency,
+      lockDurationMs: config.jobLockMs,
       rateLimit: { ratePerSecond: config.writeRate, burst: config.writeBurst },
       logger: logger.child({ role: 'worker' }),
       metrics: queueMetrics,
@@ -92,7 +97,7 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
       await watcher?.stop();
       await worker?.close();
       await queue.close();
-      await producer.quit().catch(() => producer.disconnect());
+      for (const redis of [producer, store?.redis]) await redis?.quit().catch(() => redis.disconnect());
     },
   };
 }

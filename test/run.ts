@@ -15,7 +15,7 @@ const log = (line: string) => console.error(`[test] ${line}`);
 const files = process.env.ROLLCALL_TEST_FILES?.split(' ') ?? ['test/unit/**/*.test.ts', 'test/integration/**/*.test.ts'];
 
 log('starting the local cluster and Redis for this test run');
-const [cluster, redis] = await Promise.all([up(clusterDir, log), startRedis({ log })]);
+const [cluster, redis] = await Promise.all([up(clusterDir, log), startRedis({ log, dir: join(clusterDir, 'redis') })]);
 
 let stopping: Promise<void> | undefined;
 const teardown = () =>
@@ -23,7 +23,8 @@ const teardown = () =>
     for (const r of results) if (r.status === 'rejected') log(`teardown failed: ${String(r.reason)}`);
   }));
 
-const child = spawn(process.execPath, ['--test', ...process.argv.slice(2), ...files], {
+// One file at a time: integration tests share the cluster's cluster-scoped objects.
+const child = spawn(process.execPath, ['--test', '--test-concurrency=1', ...process.argv.slice(2), ...files], {
   cwd: repoRoot,
   stdio: 'inherit',
   env: {

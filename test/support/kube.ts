@@ -1,6 +1,7 @@
 // Shared helpers for integration tests that talk to the real local cluster started by test/run.ts.
 import { KubeConfig, Watch, type KubernetesObject } from '@kubernetes/client-node';
 import { readState, type ClusterState } from '../../cluster/cluster.ts';
+import { getJson } from '../../watcher/kube-http.ts';
 
 /** The running test cluster; fails with a clear message when tests were not started by `npm test`. */
 export function testCluster(): ClusterState {
@@ -31,7 +32,7 @@ export async function watchUntil<T extends KubernetesObject>(
   kc: KubeConfig,
   path: string,
   done: (obj: T, phase: string) => boolean,
-  { timeoutMs = 60_000, fieldSelector, labelSelector }: { timeoutMs?: number; fieldSelector?: string; labelSelector?: string } = {},
+  { timeoutMs = 60_000, fieldSelector, labelSelector, resourceVersion }: { timeoutMs?: number; fieldSelector?: string; labelSelector?: string; resourceVersion?: string } = {},
 ): Promise<T> {
   let last: T | undefined;
   let controller: AbortController | undefined;
@@ -48,15 +49,17 @@ export async function watchUntil<T extends KubernetesObject>(
         new Watch(kc)
           .watch(
             path,
-            { fieldSelector, labelSelector, allowWatchBookmarks: true },
+            { fieldSelector, labelSelector, resourceVersion, allowWatchBookmarks: true },
             (phase, obj: T) => {
               if (phase === 'BOOKMARK') return;
               last = obj;
               if (done(obj, phase)) resolveWatch(obj);
             },
             (err: unknown) => {
-              if (!err && !finished) start();
-              else if ((err as Error).name !== 'AbortError') reject(err instanceof Error ? err : new Error(String(err)));
+              // client-node ends a watch that saw no data for 30 s with a TimeoutError: go on.
+              const quiet = !err || (err as Error).name === 'TimeoutError';
+              if (quiet && !finished) start();
+              else if (!quiet && (err as Error).name !== 'AbortError') reject(err instanceof Error ? err : new Error(String(err)));
             },
           )
           .then((c) => (controller = c), reject);
@@ -67,4 +70,11 @@ export async function watchUntil<T extends KubernetesObject>(
     clearTimeout(timer);
     controller?.abort();
   }
+}
+
+/** Resolves once the named object no longer exists (at once if it is already gone). */
+export async function waitGone(kc: KubeConfig, path: string, name: string, timeoutMs = 60_000): Promise<void> {
+  const list = (await getJson(kc, path, { fieldSelector: `metadata.name=${name}` })) as { metadata: { resourceVersion: string }; items: unknown[] };
+  if (list.items.length === 0) return;
+  await watchUntil(kc, path, (_obj, phase) => phase === 'DELETED', { fieldSelector: `metadata.name=${name}`, resourceVersion: list.metadata.resourceVersion, timeoutMs });
 }

@@ -210,10 +210,10 @@ describe('the rollcall entry point', () => {
     assert.match(out.join(''), /unknown command "frobnicate"/);
   });
 
-  test('commands owned by others say they are not yet implemented', async () => {
+  test('a long-running command with a bad flag value exits 2 with a message saying what to fix', async () => {
     const out: string[] = [];
-    assert.equal(await main(['worker'], io(out)), 2);
-    assert.match(out.join(''), /rollcall worker: not yet implemented/);
+    assert.equal(await main(['worker', '--redis-url', 'localhost:6379'], io(out)), 2);
+    assert.match(out.join(''), /--redis-url must start with redis:\/\//);
   });
 
   test('runs as a real process: stdin in, JSON out, exit code 1 for a non-Current object', () => {

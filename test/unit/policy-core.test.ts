@@ -115,7 +115,7 @@ describe('the webhook decision table', () => {
       conditions: ['Ready=False/LoadFailed', 'Stalled=True/LoadFailed'],
       webhook: { kind: 'keep' },
       servedGeneration: 3,
-      message: /^generation 4 failed to load on pod ps-b: module download failed: 404$/,
+      message: /^generation 4 failed to load on pod ps-b: module download failed: 404; the webhook still enforces generation 3$/,
       events: ['Warning/LoadFailed'],
     },
     {
@@ -470,7 +470,7 @@ describe('failures in status', () => {
   test('the Stalled message names the first failing pod and how many more failed', () => {
     assert.equal(
       decision.status.conditions?.[0]?.message,
-      'generation 4 failed to load on pod ps-00: error 0 (and 11 more replicas)',
+      'generation 4 failed to load on pod ps-00: error 0 (and 11 more replicas); no webhook is registered',
     );
   });
 
