@@ -42,5 +42,7 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) {
 }
 
 const code = await new Promise<number>((resolveExit) => child.on('exit', (c, sig) => resolveExit(c ?? (sig ? 1 : 0))));
-await teardown();
+// Bounded: a teardown that hangs must not hold CI; whatever is left is logged.
+const bounded = new Promise<void>((resolve) => setTimeout(() => (log('teardown took over 60 s; exiting anyway'), resolve()), 60_000).unref());
+await Promise.race([teardown(), bounded]);
 process.exit(code);
