@@ -2,14 +2,15 @@
 // Each is a thin shell wiring the pure functions to Kubernetes, Redis and HTTP.
 import { readFileSync } from 'node:fs';
 import { KubeConfig } from '@kubernetes/client-node';
-import { pino, type Logger } from 'pino';
-import { Registry, collectDefaultMetrics } from 'prom-client';
+import { pino, type DestinationStream, type Logger } from 'pino';
+import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
 import { functions } from '../functions/index.ts';
 import { KubeWriter } from '../functions/kube-writer.ts';
 import type { FunctionContext } from '../functions/types.ts';
 import { ProjectionStore } from '../projections/store.ts';
 import { createRedis, QueueMetrics, runWorker, WorkQueue, type Handler, type RunningWorker } from '../queue/index.ts';
-import { startHttpServer, type HttpServer } from '../server/http.ts';
+import { startHttpServer, type HttpServer, type Readiness } from '../server/http.ts';
+import { mountUis } from '../server/ui.ts';
 import { Watcher } from '../watcher/watcher.ts';
 import type { Config } from './config.ts';
 import { installCrds } from './install-crds.ts';
@@ -23,12 +24,49 @@ export function loadKubeConfig(path: string | undefined): KubeConfig {
   return kc;
 }
 
-export function createLogger(level: string): Logger {
-  return pino({
-    level,
-    // Never log credentials, whatever object a log line carries.
-    redact: { paths: ['*.token', '*.password', '*.authorization', '*.headers.authorization', 'config.uiCredentials'], censor: '[redacted]' },
+/** Paths pino censors in every log line, whatever object a line carries. */
+export const redactedPaths = [
+  'token',
+  '*.token',
+  'password',
+  '*.password',
+  'authorization',
+  '*.authorization',
+  'headers.authorization',
+  '*.headers.authorization',
+  'uiCredentials',
+  '*.uiCredentials',
+  'credentials',
+  '*.credentials',
+  // A Redis URL may carry a password (redis://:secret@host).
+  'redisUrl',
+  '*.redisUrl',
+];
+
+export function createLogger(level: string, destination?: DestinationStream): Logger {
+  const options = { level, redact: { paths: redactedPaths, censor: '[redacted]' } };
+  return destination ? pino(options, destination) : pino(options);
+}
+
+/** Counts Kubernetes API writes by verb and HTTP status code (0: no response). */
+export function kubeRequestCounter(registry: Registry): (verb: string, code: number) => void {
+  const counter = new Counter({
+    name: 'rollcall_kube_requests_total',
+    help: 'Kubernetes API write requests made by worker functions, by verb and HTTP status code (0: no response)',
+    labelNames: ['verb', 'code'],
+    registers: [registry],
   });
+  return (verb, code) => counter.inc({ verb, code: String(code) });
+}
+
+/** /readyz for the given roles: Redis answers, and a leading watcher has synced its informers. */
+export async function readiness(ping: () => Promise<string>, watcher: Pick<Watcher, 'isLeader' | 'isReady'> | undefined): Promise<Readiness> {
+  const pong = await ping().catch((err: unknown) => (err as Error).message);
+  if (pong !== 'PONG') return { ready: false, detail: `Redis does not answer (${pong})` };
+  if (!watcher) return { ready: true, detail: 'Redis answers' };
+  if (!watcher.isLeader()) return { ready: true, detail: 'standby watcher (not leading); Redis answers' };
+  if (!watcher.isReady()) return { ready: false, detail: 'leading watcher: informers not synced yet' };
+  return { ready: true, detail: 'leading watcher: informers synced; Redis answers' };
 }
 
 export interface Running {
@@ -45,8 +83,9 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
 
   const producer = createRedis(config.redisUrl, 'producer');
   producer.on('error', (err) => logger.warn({ err: err.message }, 'redis (producer) error'));
+  const recordRequest = kubeRequestCounter(registry);
   const queueMetrics = new QueueMetrics({ registry, depth: () => queue.counts() });
-  const queue = new WorkQueue({ connection: producer, metrics: queueMetrics });
+  const queue = new WorkQueue({ connection: producer, metrics: queueMetrics, coalesce: config.coalesce });
 
   let watcher: Watcher | undefined;
   if (roles.includes('watcher')) {
@@ -68,7 +107,7 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
         const fctx: FunctionContext = {
           ...ctx,
           store: projections,
-          kube: new KubeWriter(kc, ctx.acquireWriteToken),
+          kube: new KubeWriter(kc, ctx.acquireWriteToken, recordRequest),
           config: { namespace: config.namespace, webhookUrl: config.webhookUrl, webhookCaBundle },
           now: () => new Date(),
         };
@@ -87,7 +126,15 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
     });
   }
 
-  const http = await startHttpServer({ port: config.port, registry, logger, ready: async () => (await producer.ping()) === 'PONG' && (watcher?.isReady() ?? true) });
+  const access = { credentials: config.uiCredentials, localOnly: config.uiLocalOnly, readOnly: config.uiReadOnly };
+  const pageStore = store ?? new ProjectionStore(producer);
+  const http = await startHttpServer({
+    port: config.port,
+    registry,
+    logger,
+    ready: () => readiness(() => producer.ping(), watcher),
+    extend: (app) => mountUis(app, { access, queue: queue.queue, store: pageStore, logger }),
+  });
   logger.info({ roles, port: http.port, namespace: config.namespace }, 'rollcall started');
 
   return {

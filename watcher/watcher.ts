@@ -4,7 +4,7 @@
 import type { KubeConfig, KubernetesObject } from '@kubernetes/client-node';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { Registry } from 'prom-client';
+import { Gauge, Histogram, type Registry } from 'prom-client';
 import { MANAGED_BY, MANAGED_BY_LABEL, POLICY_SERVER_LABEL } from '../api/constants.ts';
 import type { ClusterIndex, ReconcileFunction, WatchedKind, WatchEvent, WatchedObject } from '../functions/types.ts';
 import { podServer, ProjectionStore, type ProjectedKind } from '../projections/store.ts';
@@ -56,6 +56,9 @@ export class Watcher {
   /** A projection write or enqueue failed (Redis away): rebuild everything once it answers. */
   private lostWrites = false;
   private rebuilding: Promise<void> | undefined;
+  /** Policies whose new generation has no status yet: when the watcher saw that generation. */
+  private readonly awaitingStatus = new Map<string, { generation: number; since: number }>();
+  private readonly convergence: Histogram | undefined;
 
   constructor(options: WatcherOptions) {
     this.options = options;
@@ -70,6 +73,24 @@ export class Watcher {
       onStartedLeading: () => this.lead(),
       onStoppedLeading: () => this.standBy(),
     });
+    const registers = options.metrics ? [options.metrics] : undefined;
+    if (registers) {
+      const isLeader = () => this.isLeader();
+      new Gauge({
+        name: 'rollcall_watcher_leader',
+        help: '1 while this watcher holds the leader Lease, else 0',
+        registers,
+        collect() {
+          this.set(isLeader() ? 1 : 0);
+        },
+      });
+      this.convergence = new Histogram({
+        name: 'rollcall_policy_status_latency_seconds',
+        help: "From the watcher seeing a Policy's new generation to seeing a status with that observedGeneration",
+        buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120],
+        registers,
+      });
+    }
   }
 
   start(): void {
@@ -136,6 +157,7 @@ export class Watcher {
 
   private async standBy(): Promise<void> {
     this.live = false;
+    this.awaitingStatus.clear();
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
     const reflectors = [...this.reflectors.values()];
@@ -183,6 +205,7 @@ export class Watcher {
   private async changed(w: Watched, type: WatchEvent['type'], obj: KubernetesObject, old?: KubernetesObject): Promise<void> {
     if (w.kind === 'Policy') this.index(type === 'deleted' ? undefined : obj, old ?? (type === 'deleted' ? obj : undefined));
     if (!this.live) return; // the initial rebuild writes everything at once
+    if (w.kind === 'Policy') this.trackConvergence(type, obj, old);
     const name = obj.metadata?.name ?? '';
     try {
       // Projection first, then the key: a job must never read older state than its event.
@@ -197,6 +220,27 @@ export class Watcher {
       this.lostWrites = true;
       throw err;
     }
+  }
+
+  /**
+   * Event-to-status latency, measured where both ends are visible: the watch event that
+   * brought a new generation, and the later one whose status observed it. Generations that
+   * changed while this watcher was not leading are not measured.
+   */
+  private trackConvergence(type: WatchEvent['type'], obj: KubernetesObject, old: KubernetesObject | undefined): void {
+    const name = obj.metadata?.name ?? '';
+    if (type === 'deleted') {
+      this.awaitingStatus.delete(name);
+      return;
+    }
+    const generation = obj.metadata?.generation ?? 0;
+    const observed = (obj as { status?: { observedGeneration?: number } }).status?.observedGeneration ?? 0;
+    const waiting = this.awaitingStatus.get(name);
+    if (waiting && observed >= waiting.generation) {
+      this.convergence?.observe((Date.now() - waiting.since) / 1000);
+      this.awaitingStatus.delete(name);
+    }
+    if (generation > observed && generation !== (old?.metadata?.generation ?? 0)) this.awaitingStatus.set(name, { generation, since: Date.now() });
   }
 
   private index(now: KubernetesObject | undefined, before: KubernetesObject | undefined): void {
