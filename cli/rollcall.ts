@@ -5,19 +5,13 @@
  */
 import { readFile } from 'node:fs/promises';
 import { text } from 'node:stream/consumers';
+import { runDemo } from './demo.ts';
 import { runInstallCrds, runSim, serveRoles } from './serve.ts';
 import { runStatus, type StatusIo } from './status.ts';
 
 interface Command {
   summary: string;
   run(argv: readonly string[], io: StatusIo): Promise<number>;
-}
-
-function notYetImplemented(name: string): Command['run'] {
-  return async (_argv, io) => {
-    io.stderr(`rollcall ${name}: not yet implemented\n`);
-    return 2;
-  };
 }
 
 const COMMANDS: Record<string, Command> = {
@@ -27,7 +21,7 @@ const COMMANDS: Record<string, Command> = {
   worker: { summary: 'process keys with the reconcile functions', run: serveRoles(['worker']) },
   sim: { summary: 'simulated policy servers for the local cluster (dev tooling)', run: runSim },
   'install-crds': { summary: "apply rollcall's CRDs to the cluster", run: runInstallCrds },
-  demo: { summary: 'walk through rollcall on the local cluster', run: notYetImplemented('demo') },
+  demo: { summary: 'walk through rollcall on the local cluster', run: runDemo },
 };
 
 export function usage(): string {

@@ -44,7 +44,7 @@ export function simulatedReport(
 }
 
 /** The part of a Policy the simulator reads, as the watch delivers it. */
-type SimPolicyObject = KubernetesObject & { metadata: { name: string; generation?: number }; spec: { policyServer: string; module: string } };
+type SimPolicyObject = KubernetesObject & { metadata: { name: string; generation?: number }; spec: { policyServer: string; module: string; mode?: string } };
 
 export class Simulator {
   private readonly options: SimOptions;
@@ -82,6 +82,12 @@ export class Simulator {
   start(): void {
     this.pods.start();
     this.policies.start();
+  }
+
+  /** A policy as the simulator's watch sees it (the admission server asks this). */
+  policy(name: string): { module: string; mode?: string } | undefined {
+    const p = this.policies.get(name);
+    return p && { module: p.spec.module, ...(p.spec.mode ? { mode: p.spec.mode } : {}) };
   }
 
   async stop(): Promise<void> {
