@@ -1,0 +1,122 @@
+// Fault helpers: a private Redis that can be killed and restarted empty, and an apiserver
+// that can be restarted with the same arguments on the shared test cluster.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { request } from 'node:https';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ClusterState } from '../../../cluster/cluster.ts';
+import { ensureRedisServer, freePort, redisServerArgs, waitForPing } from '../../../cluster/redis.ts';
+
+/** A redis-server only this test uses, on a fixed port so clients reconnect to the restarted one. */
+export class PrivateRedis {
+  private child: ChildProcess | undefined;
+  readonly dir: string;
+  port = 0;
+
+  constructor(dir: string) {
+    this.dir = dir;
+  }
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  async start(): Promise<void> {
+    if (this.port === 0) this.port = await freePort();
+    mkdirSync(this.dir, { recursive: true });
+    // --save '' and no AOF (redisServerArgs): a restart comes back empty.
+    this.child = spawn(await ensureRedisServer(), redisServerArgs(this.port, this.dir), { stdio: 'ignore' });
+    await waitForPing(this.port, this.child);
+  }
+
+  /** SIGKILL: everything in it is gone. */
+  async kill(): Promise<void> {
+    const child = this.child;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+  }
+}
+
+/** GET on the apiserver with the admin token; true on 200. */
+export function apiserverReady(state: ClusterState): Promise<boolean> {
+  const token = /token:\s*(\S+)/.exec(readFileSync(state.kubeconfig, 'utf8'))?.[1] ?? '';
+  return new Promise((resolveOk) => {
+    const req = request(`${state.server}/readyz`, { ca: readFileSync(join(state.dir, 'pki', 'ca.crt')), headers: { authorization: `Bearer ${token}` }, timeout: 2000 }, (res) => {
+      res.resume();
+      resolveOk(res.statusCode === 200);
+    });
+    req.on('error', () => resolveOk(false));
+    req.on('timeout', () => req.destroy());
+    req.end();
+  });
+}
+
+async function waitReady(state: ClusterState, timeoutMs = 90_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await apiserverReady(state))) {
+    if (Date.now() > deadline) throw new Error(`kube-apiserver not ready ${timeoutMs / 1000} s after its restart; see ${join(state.dir, 'logs', 'kube-apiserver.log')}`);
+    await sleep(200);
+  }
+}
+
+/**
+ * Restarts only the kube-apiserver, with the arguments it runs with now, and records its new
+ * pid in state.json so that `cluster down` still stops it. Every watch breaks. `whileDown`
+ * runs with the apiserver stopped (e.g. to compact etcd).
+ */
+export async function restartApiserver(state: ClusterState, whileDown: () => Promise<void> = async () => {}): Promise<void> {
+  const pid = state.pids['kube-apiserver'];
+  if (!pid) throw new Error('no kube-apiserver pid in the cluster state');
+  const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((a) => a !== '');
+  const [binary, ...rest] = args;
+  process.kill(pid, 'SIGTERM');
+  while (alive(pid)) await sleep(50);
+  await whileDown();
+  const log = openSync(join(state.dir, 'logs', 'kube-apiserver.log'), 'a');
+  const child = spawn(binary!, rest, { detached: true, stdio: ['ignore', log, log] });
+  closeSync(log);
+  child.unref();
+  const stateFile = join(state.dir, 'state.json');
+  const saved = JSON.parse(readFileSync(stateFile, 'utf8')) as ClusterState;
+  saved.pids['kube-apiserver'] = child.pid;
+  writeFileSync(stateFile, JSON.stringify(saved, null, 2));
+  state.pids['kube-apiserver'] = child.pid;
+  await waitReady(state);
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** etcd's current revision and a compaction to it: every older resourceVersion now answers 410 Gone. */
+export async function compactEtcd(state: ClusterState): Promise<number> {
+  const base = `http://127.0.0.1:${state.ports.etcd}`;
+  const post = async (path: string, body: unknown) => {
+    const res = await fetch(base + path, { method: 'POST', body: JSON.stringify(body) });
+    if (!res.ok) throw new Error(`etcd ${path}: ${res.status} ${await res.text()}`);
+    return (await res.json()) as { header?: { revision?: string } };
+  };
+  // A range on an absent key answers with the current revision in its header.
+  const revision = Number((await post('/v3/kv/range', { key: Buffer.from('rollcall-reliability').toString('base64') })).header?.revision);
+  await post('/v3/kv/compaction', { revision, physical: true });
+  return revision;
+}
+
+/** The value of a Prometheus counter summed over the series whose labels include `labels`. */
+export async function metric(port: number, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+    if (Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) sum += Number(line.split(' ').at(-1));
+  }
+  return sum;
+}
