@@ -33,6 +33,8 @@ export interface Config {
   uiCredentials: string | undefined;
   uiLocalOnly: boolean;
   uiReadOnly: boolean;
+  /** Coalesce enqueues per key; off only as the benchmark's per-event baseline. */
+  coalesce: boolean;
 }
 
 export class ConfigError extends Error {
@@ -56,6 +58,7 @@ export const configFlags = {
   'ui-credentials': { type: 'string' },
   'ui-local-only': { type: 'boolean' },
   'ui-allow-actions': { type: 'boolean' },
+  'no-coalesce': { type: 'boolean' },
 } as const;
 
 export const configHelp = `options (flag, then environment variable, then default):
@@ -74,7 +77,8 @@ export const configHelp = `options (flag, then environment variable, then defaul
   --install-crds         apply the CRDs at start (local use)
   --ui-credentials U:P   queue UI basic auth (ROLLCALL_UI_CREDENTIALS)
   --ui-local-only        serve the queue UI without credentials (loopback use only)
-  --ui-allow-actions     let the queue UI retry/clean jobs (read-only by default)`;
+  --ui-allow-actions     let the queue UI retry/clean jobs (read-only by default)
+  --no-coalesce          one run per event, for benchmarks (ROLLCALL_COALESCE=false)`;
 
 export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
   let values: Record<string, string | boolean | undefined>;
@@ -117,5 +121,6 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     uiCredentials,
     uiLocalOnly: values['ui-local-only'] === true,
     uiReadOnly: values['ui-allow-actions'] !== true,
+    coalesce: values['no-coalesce'] !== true && env.ROLLCALL_COALESCE !== 'false',
   };
 }
