@@ -188,6 +188,7 @@ export async function runDemo(argv: readonly string[], io: StatusIo): Promise<nu
     }
   } finally {
     for (const c of cleanups.reverse()) {
+      progress(`stopping ${c.what}`);
       await c.run().catch((err: unknown) => progress(`stopping ${c.what} failed: ${String(err)}`));
     }
     progress('stopped everything the demo started');

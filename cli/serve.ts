@@ -4,6 +4,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, configHelp, parseConfig } from '../roles/config.ts';
 import { installCrds } from '../roles/install-crds.ts';
 import { createLogger, loadKubeConfig, startRoles, type Role } from '../roles/roles.ts';
+import { startAdmissionServer } from '../sim/admission.ts';
 import { Simulator } from '../sim/sim.ts';
 import type { StatusIo } from './status.ts';
 
@@ -42,6 +43,7 @@ export function serveRoles(roles: readonly Role[]) {
 }
 
 const simHelp = `usage: rollcall sim [--namespace NS] [--kubeconfig PATH] [--log-level L]
+                    [--tls-cert-file F --tls-key-file F [--admission-port N]]
 
 Dev tooling for the local cluster: plays the policy servers' data plane. For every Ready pod
 of a PolicyServer it writes the rollcall.dev/policies report, driven by each policy's module:
@@ -51,6 +53,10 @@ of a PolicyServer it writes the rollcall.dev/policies report, driven by each pol
   sim://flaky?p=P          fails on each replica with probability P
   sim://deny?message=TEXT  loads (and denies requests, where admission is served)
 A PolicyServer whose image is sim://never-ready gets pods that never become Ready.
+
+With --tls-cert-file and --tls-key-file it also answers AdmissionReview v1 requests for every
+policy on https://127.0.0.1:PORT/validate/<policy> (--admission-port, default 8443): register
+webhooks there with \`rollcall run --webhook-url https://127.0.0.1:PORT --webhook-ca-file CA\`.
 `;
 
 export async function runSim(argv: readonly string[], io: StatusIo): Promise<number> {
@@ -60,8 +66,26 @@ export async function runSim(argv: readonly string[], io: StatusIo): Promise<num
   }
   const { values } = parseArgs({
     args: [...argv],
-    options: { namespace: { type: 'string' }, kubeconfig: { type: 'string' }, 'log-level': { type: 'string' } },
+    options: {
+      namespace: { type: 'string' },
+      kubeconfig: { type: 'string' },
+      'log-level': { type: 'string' },
+      'admission-port': { type: 'string', default: '8443' },
+      'tls-cert-file': { type: 'string' },
+      'tls-key-file': { type: 'string' },
+    },
   });
+  const admissionPort = Number(values['admission-port']);
+  if (!Number.isInteger(admissionPort) || admissionPort < 0 || admissionPort > 65535) {
+    io.stderr(`rollcall sim: --admission-port must be a port number, got ${JSON.stringify(values['admission-port'])}\n`);
+    return 2;
+  }
+  const cert = values['tls-cert-file'];
+  const key = values['tls-key-file'];
+  if ((cert === undefined) !== (key === undefined)) {
+    io.stderr('rollcall sim: --tls-cert-file and --tls-key-file go together\n');
+    return 2;
+  }
   const logger = createLogger(values['log-level'] ?? process.env.LOG_LEVEL ?? 'info');
   const sim = new Simulator({
     kc: loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG),
@@ -69,8 +93,14 @@ export async function runSim(argv: readonly string[], io: StatusIo): Promise<num
     logger,
   });
   sim.start();
-  logger.info('simulated policy servers running');
+  const admission =
+    cert && key ? await startAdmissionServer({ port: admissionPort, certFile: cert, keyFile: key, policy: (name) => sim.policy(name), logger }) : undefined;
+  const address = admission?.address();
+  logger.info({ admissionPort: typeof address === 'object' ? address?.port : undefined }, 'simulated policy servers running');
   await terminated();
+  // The apiserver keeps connections alive; close them too, or the process lingers.
+  admission?.close();
+  admission?.closeAllConnections();
   await sim.stop();
   return 0;
 }
