@@ -166,7 +166,8 @@ export async function runDemo(argv: readonly string[], io: StatusIo): Promise<nu
     out(`  kubectl describe policy ${FAILING[1]}    # conditions and Events`);
     out('');
     out(`  status page:  http://127.0.0.1:${httpPort}/`);
-    out(`  queue UI:     http://127.0.0.1:${httpPort}/queues   (user ${user}, password ${password})`);
+    out(`  queue UI:     http://127.0.0.1:${httpPort}/queues`);
+    out(`                (both ask for user ${user}, password ${password})`);
     out(`  metrics:      http://127.0.0.1:${httpPort}/metrics`);
     out(`  logs:         ${logs}/rollcall.log, ${logs}/sim.log`);
     if (httpPort !== 8080) out(`  (port 8080 was taken, so rollcall listens on ${httpPort})`);

@@ -37,7 +37,7 @@ test('npm run demo -- --once shows Ready 3/3, the Stalled policies with their er
     assert.match(row('limit-replicas'), /\s0\/3\s+Stalled\s.*invalid settings: maxReplicas must be a positive integer/, context);
     assert.match(stdout, /admission webhook "require-labels\.[^"]*" denied the request: pods in the demo namespace need an owner label/, context);
     assert.match(stdout, /deployment\.apps\/web created/, context);
-    assert.match(stdout, /queue UI: +http:\/\/127\.0\.0\.1:\d+\/queues +\(user admin, password \S+\)/, context);
+    assert.match(stdout, /queue UI: +http:\/\/127\.0\.0\.1:\d+\/queues\n.*user admin, password \S+/, context);
     assert.match(stderr, /stopped everything the demo started/, context);
   } finally {
     rmSync(dir, { recursive: true, force: true });
