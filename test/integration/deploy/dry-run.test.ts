@@ -4,10 +4,31 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { join } from 'node:path';
-import { build, createNamespace, deleteNamespace, deployDir, kubectlRun, namespaceExists, type Manifest } from './manifests.ts';
+import {
+  build,
+  createNamespace,
+  deleteNamespace,
+  deployDir,
+  kubectlRun,
+  namespaceExists,
+  type Manifest,
+} from './manifests.ts';
 
-type Container = { name: string; image: string; args?: string[]; env?: { name: string }[]; resources?: { requests?: object; limits?: object }; securityContext?: Record<string, unknown>; livenessProbe?: { httpGet?: { path: string } }; readinessProbe?: { httpGet?: { path: string } } };
-type PodSpec = { serviceAccountName?: string; securityContext?: Record<string, unknown>; containers: Container[] };
+type Container = {
+  name: string;
+  image: string;
+  args?: string[];
+  env?: { name: string }[];
+  resources?: { requests?: object; limits?: object };
+  securityContext?: Record<string, unknown>;
+  livenessProbe?: { httpGet?: { path: string } };
+  readinessProbe?: { httpGet?: { path: string } };
+};
+type PodSpec = {
+  serviceAccountName?: string;
+  securityContext?: Record<string, unknown>;
+  containers: Container[];
+};
 const podSpec = (m: Manifest) => (m.spec as { template: { spec: PodSpec } }).template.spec;
 const find = (ms: Manifest[], kind: string, name: string) => {
   const m = ms.find((x) => x.kind === kind && x.metadata.name === name);
@@ -33,8 +54,16 @@ describe('deploy/ (kustomize)', () => {
   test('kubectl apply --dry-run=server -k deploy/ succeeds', () => {
     const out = kubectlRun(['apply', '--dry-run=server', '-k', deployDir]);
     assert.equal(out.status, 0, out.stderr);
-    for (const kind of ['deployment.apps/rollcall-watcher', 'deployment.apps/rollcall-worker', 'statefulset.apps/rollcall-redis', 'networkpolicy.networking.k8s.io/rollcall-redis']) {
-      assert.match(out.stdout, new RegExp(`${kind} (created|configured|unchanged) \\(server dry run\\)`));
+    for (const kind of [
+      'deployment.apps/rollcall-watcher',
+      'deployment.apps/rollcall-worker',
+      'statefulset.apps/rollcall-redis',
+      'networkpolicy.networking.k8s.io/rollcall-redis',
+    ]) {
+      assert.match(
+        out.stdout,
+        new RegExp(`${kind} (created|configured|unchanged) \\(server dry run\\)`),
+      );
     }
   });
 
@@ -42,30 +71,60 @@ describe('deploy/ (kustomize)', () => {
     const all = build(join(import.meta.dirname, 'overlay'));
     assert.ok(all.some((m) => m.kind === 'ServiceMonitor'));
     assert.ok(all.some((m) => m.kind === 'HorizontalPodAutoscaler'));
-    const redis = find(all, 'StatefulSet', 'rollcall-redis').spec as { volumeClaimTemplates?: unknown[]; template: { spec: PodSpec & { volumes?: { name: string }[] } } };
+    const redis = find(all, 'StatefulSet', 'rollcall-redis').spec as {
+      volumeClaimTemplates?: unknown[];
+      template: { spec: PodSpec & { volumes?: { name: string }[] } };
+    };
     assert.equal(redis.volumeClaimTemplates?.length, 1);
-    assert.deepEqual(redis.template.spec.volumes ?? [], [], 'the emptyDir is replaced by the claim');
+    assert.deepEqual(
+      redis.template.spec.volumes ?? [],
+      [],
+      'the emptyDir is replaced by the claim',
+    );
     assert.ok(redis.template.spec.containers[0]!.args!.includes('noeviction'));
-    const out = kubectlRun(['apply', '--dry-run=server', '-f', '-'], all.filter((m) => m.kind !== 'ServiceMonitor').map((m) => JSON.stringify(m)).join('\n---\n'));
+    const out = kubectlRun(
+      ['apply', '--dry-run=server', '-f', '-'],
+      all
+        .filter((m) => m.kind !== 'ServiceMonitor')
+        .map((m) => JSON.stringify(m))
+        .join('\n---\n'),
+    );
     assert.equal(out.status, 0, out.stderr);
-    assert.doesNotMatch(kubectlRun(['api-resources']).stdout, /servicemonitors/, 'no ServiceMonitor CRD here: the default kustomization must not include one');
+    assert.doesNotMatch(
+      kubectlRun(['api-resources']).stdout,
+      /servicemonitors/,
+      'no ServiceMonitor CRD here: the default kustomization must not include one',
+    );
   });
 
   test('the default build has no ServiceMonitor, and the CRDs come from deploy/crds', () => {
     const ms = build();
     assert.equal(ms.filter((m) => m.kind === 'ServiceMonitor').length, 0);
-    assert.deepEqual(ms.filter((m) => m.kind === 'CustomResourceDefinition').map((m) => m.metadata.name).sort(), ['policies.rollcall.dev', 'policyservers.rollcall.dev']);
+    assert.deepEqual(
+      ms
+        .filter((m) => m.kind === 'CustomResourceDefinition')
+        .map((m) => m.metadata.name)
+        .sort(),
+      ['policies.rollcall.dev', 'policyservers.rollcall.dev'],
+    );
   });
 
   test('watcher and worker run the image with their role, their own account, probes, limits and a read-only root', () => {
     const ms = build();
-    for (const [role, replicas] of [['watcher', 2], ['worker', 2]] as const) {
+    for (const [role, replicas] of [
+      ['watcher', 2],
+      ['worker', 2],
+    ] as const) {
       const d = find(ms, 'Deployment', `rollcall-${role}`);
       const spec = podSpec(d);
       const c = spec.containers[0]!;
       assert.equal((d.spec as { replicas: number }).replicas, replicas);
       assert.equal(spec.serviceAccountName, `rollcall-${role}`);
-      assert.deepEqual(c.args, [role], 'the entrypoint (node cli/rollcall.ts) + the role: what the tests run');
+      assert.deepEqual(
+        c.args,
+        [role],
+        'the entrypoint (node cli/rollcall.ts) + the role: what the tests run',
+      );
       assert.match(c.image, /^rollcall:\d+\.\d+\.\d+$/, 'a pinned tag, never latest');
       assert.equal(c.livenessProbe?.httpGet?.path, '/healthz');
       assert.equal(c.readinessProbe?.httpGet?.path, '/readyz');
@@ -74,8 +133,13 @@ describe('deploy/ (kustomize)', () => {
       assert.equal(c.securityContext?.allowPrivilegeEscalation, false);
       assert.equal(spec.securityContext?.runAsNonRoot, true);
       const env = new Set(c.env?.map((e) => e.name));
-      for (const name of ['PORT', 'REDIS_URL', 'ROLLCALL_NAMESPACE', 'ROLLCALL_UI_CREDENTIALS']) assert.ok(env.has(name), `${role} sets ${name}`);
-      assert.equal(env.has('POD_NAME'), role === 'watcher', 'the watcher gets its leader identity from the downward API');
+      for (const name of ['PORT', 'REDIS_URL', 'ROLLCALL_NAMESPACE', 'ROLLCALL_UI_CREDENTIALS'])
+        assert.ok(env.has(name), `${role} sets ${name}`);
+      assert.equal(
+        env.has('POD_NAME'),
+        role === 'watcher',
+        'the watcher gets its leader identity from the downward API',
+      );
       find(ms, 'PodDisruptionBudget', `rollcall-${role}`);
       find(ms, 'Service', `rollcall-${role}`);
     }
@@ -88,11 +152,15 @@ describe('deploy/ (kustomize)', () => {
     assert.equal(args[args.indexOf('--maxmemory-policy') + 1], 'noeviction');
     const np = find(ms, 'NetworkPolicy', 'rollcall-redis').spec as {
       podSelector: { matchLabels: Record<string, string> };
-      ingress: { from: { podSelector: { matchExpressions: { key: string; values: string[] }[] } }[] }[];
+      ingress: {
+        from: { podSelector: { matchExpressions: { key: string; values: string[] }[] } }[];
+      }[];
     };
     assert.equal(np.podSelector.matchLabels['app.kubernetes.io/component'], 'redis');
     assert.equal(np.ingress.length, 1);
-    const components = np.ingress[0]!.from[0]!.podSelector.matchExpressions.find((e) => e.key === 'app.kubernetes.io/component');
+    const components = np.ingress[0]!.from[0]!.podSelector.matchExpressions.find(
+      (e) => e.key === 'app.kubernetes.io/component',
+    );
     assert.deepEqual(components?.values, ['watcher', 'worker']);
   });
 });

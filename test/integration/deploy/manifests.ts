@@ -25,13 +25,22 @@ export interface KubectlResult {
 /** Runs the test cluster's kubectl as admin; never throws (callers assert on the result). */
 export function kubectlRun(args: string[], input?: string): KubectlResult {
   const state = testCluster();
-  const out = spawnSync(state.binaries.kube, ['kubectl', `--kubeconfig=${state.kubeconfig}`, ...args], { input, encoding: 'utf8' });
-  return { status: out.status ?? -1, stdout: out.stdout ?? '', stderr: out.stderr ?? out.error?.message ?? '' };
+  const out = spawnSync(
+    state.binaries.kube,
+    ['kubectl', `--kubeconfig=${state.kubeconfig}`, ...args],
+    { input, encoding: 'utf8' },
+  );
+  return {
+    status: out.status ?? -1,
+    stdout: out.stdout ?? '',
+    stderr: out.stderr ?? out.error?.message ?? '',
+  };
 }
 
 export function kubectlOk(args: string[], input?: string): string {
   const out = kubectlRun(args, input);
-  if (out.status !== 0) throw new Error(`kubectl ${args.join(' ')} failed (${out.status}): ${out.stderr}`);
+  if (out.status !== 0)
+    throw new Error(`kubectl ${args.join(' ')} failed (${out.status}): ${out.stderr}`);
   return out.stdout;
 }
 
@@ -42,10 +51,19 @@ export function build(dir = deployDir): Manifest[] {
     .filter((m) => m !== null);
 }
 
-export const toYaml = (manifests: Manifest[]) => manifests.map((m) => JSON.stringify(m)).join('\n---\n');
+export const toYaml = (manifests: Manifest[]) =>
+  manifests.map((m) => JSON.stringify(m)).join('\n---\n');
 
 /** What the RBAC tests apply for real: the namespace, the CRDs and the accounts with their roles. */
-export const RBAC_KINDS = new Set(['Namespace', 'CustomResourceDefinition', 'ServiceAccount', 'Role', 'RoleBinding', 'ClusterRole', 'ClusterRoleBinding']);
+export const RBAC_KINDS = new Set([
+  'Namespace',
+  'CustomResourceDefinition',
+  'ServiceAccount',
+  'Role',
+  'RoleBinding',
+  'ClusterRole',
+  'ClusterRoleBinding',
+]);
 
 /** True if the namespace exists (and is not being deleted). */
 export function namespaceExists(name = NAMESPACE): boolean {

@@ -11,21 +11,42 @@ import { parse, stringify } from 'yaml';
 import { AdmissionregistrationV1Api, type KubernetesObject } from '@kubernetes/client-node';
 import type { Policy, PolicyServer } from '../../../api/v1alpha1.ts';
 import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
-import { deleteRollcallObjects, logDir, startRollcall, testDb, type RollcallProcess } from '../../support/rollcall.ts';
-import { build, createNamespace, deleteNamespace, kubectlOk, kubectlRun, NAMESPACE, RBAC_KINDS, toYaml, type Manifest } from './manifests.ts';
+import {
+  deleteRollcallObjects,
+  logDir,
+  startRollcall,
+  testDb,
+  type RollcallProcess,
+} from '../../support/rollcall.ts';
+import {
+  build,
+  createNamespace,
+  deleteNamespace,
+  kubectlOk,
+  kubectlRun,
+  NAMESPACE,
+  RBAC_KINDS,
+  toYaml,
+  type Manifest,
+} from './manifests.ts';
 
 const kc = testKubeConfig();
 const db = testDb();
 const sa = (name: string) => `system:serviceaccount:${NAMESPACE}:${name}`;
 const rbac = build().filter((m) => RBAC_KINDS.has(m.kind));
-const condition = (p: Policy | PolicyServer, type: string) => p.status?.conditions?.find((c) => c.type === type);
+const condition = (p: Policy | PolicyServer, type: string) =>
+  p.status?.conditions?.find((c) => c.type === type);
 const isCurrent = (p: Policy) => p.status?.observedGeneration === p.metadata.generation;
-const apply = (...objects: object[]) => kubectlOk(['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
+const apply = (...objects: object[]) =>
+  kubectlOk(['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
 
 /** A kubeconfig for the test cluster whose user is the ServiceAccount, by a fresh token. */
 function kubeconfigFor(account: string, dir: string): string {
   const token = kubectlOk(['create', 'token', account, '-n', NAMESPACE, '--duration=1h']).trim();
-  const admin = parse(readFileSync(testCluster().kubeconfig, 'utf8')) as { clusters: { name: string }[]; contexts: { context: { cluster: string } }[] };
+  const admin = parse(readFileSync(testCluster().kubeconfig, 'utf8')) as {
+    clusters: { name: string }[];
+    contexts: { context: { cluster: string } }[];
+  };
   const cluster = admin.contexts[0]!.context.cluster;
   const file = join(dir, `${account}.kubeconfig`);
   writeFileSync(
@@ -99,7 +120,15 @@ function canI([account, verb, resource, namespace]: Check): boolean {
   const subresource = rest === 'status' ? ['--subresource=status'] : [];
   const target = rest !== undefined && rest !== 'status' ? `${type}/${rest}` : type;
   const scope = namespace === '' ? [] : ['-n', namespace];
-  const out = kubectlRun(['auth', 'can-i', verb, target, ...subresource, ...scope, `--as=${sa(account)}`]);
+  const out = kubectlRun([
+    'auth',
+    'can-i',
+    verb,
+    target,
+    ...subresource,
+    ...scope,
+    `--as=${sa(account)}`,
+  ]);
   assert.ok(out.status === 0 || out.status === 1, `kubectl auth can-i failed: ${out.stderr}`);
   return out.status === 0;
 }
@@ -112,7 +141,13 @@ describe('RBAC of deploy/', () => {
   before(() => {
     createNamespace();
     apply(...rbac.filter((m) => m.kind !== 'Namespace'));
-    kubectlOk(['wait', '--for=condition=Established', 'crd/policies.rollcall.dev', 'crd/policyservers.rollcall.dev', '--timeout=60s']);
+    kubectlOk([
+      'wait',
+      '--for=condition=Established',
+      'crd/policies.rollcall.dev',
+      'crd/policyservers.rollcall.dev',
+      '--timeout=60s',
+    ]);
   });
 
   after(async () => {
@@ -120,7 +155,12 @@ describe('RBAC of deploy/', () => {
     await deleteRollcallObjects(kc);
     // Cluster-scoped and `default`-namespace objects first (the CRDs stay: other files use them),
     // then the namespace with everything in it.
-    const outside = rbac.filter((m: Manifest) => m.kind !== 'CustomResourceDefinition' && m.kind !== 'Namespace' && m.metadata.namespace !== NAMESPACE);
+    const outside = rbac.filter(
+      (m: Manifest) =>
+        m.kind !== 'CustomResourceDefinition' &&
+        m.kind !== 'Namespace' &&
+        m.metadata.namespace !== NAMESPACE,
+    );
     kubectlRun(['delete', '--ignore-not-found', '-f', '-'], toYaml(outside));
     deleteNamespace();
     rmSync(dir, { recursive: true, force: true });
@@ -130,8 +170,13 @@ describe('RBAC of deploy/', () => {
     const roles = rbac.filter((m) => m.kind === 'Role' || m.kind === 'ClusterRole');
     assert.ok(roles.length >= 6);
     for (const role of roles) {
-      for (const rule of role.rules as { apiGroups: string[]; resources: string[]; verbs: string[] }[]) {
-        for (const v of [...rule.apiGroups, ...rule.resources, ...rule.verbs]) assert.ok(!v.includes('*'), `${role.kind}/${role.metadata.name} has a wildcard: ${v}`);
+      for (const rule of role.rules as {
+        apiGroups: string[];
+        resources: string[];
+        verbs: string[];
+      }[]) {
+        for (const v of [...rule.apiGroups, ...rule.resources, ...rule.verbs])
+          assert.ok(!v.includes('*'), `${role.kind}/${role.metadata.name} has a wildcard: ${v}`);
       }
     }
   });
@@ -140,41 +185,92 @@ describe('RBAC of deploy/', () => {
     const rows = CHECKS.map((check) => ({ check, got: canI(check) }));
     const w = [24, 7, 46, 16];
     const line = (cells: string[]) => cells.map((c, i) => c.padEnd(w[i] ?? 6)).join(' ');
-    console.log(['', line(['ACCOUNT', 'VERB', 'RESOURCE', 'NAMESPACE', 'CAN-I', 'EXPECTED']), ...rows.map(({ check: [a, v, r, n, want], got }) => line([a, v, r, n || '(cluster)', got ? 'yes' : 'no', want ? 'yes' : 'no'])), ''].join('\n'));
-    const wrong = rows.filter(({ check, got }) => got !== check[4]).map(({ check }) => check.join(' '));
+    console.log(
+      [
+        '',
+        line(['ACCOUNT', 'VERB', 'RESOURCE', 'NAMESPACE', 'CAN-I', 'EXPECTED']),
+        ...rows.map(({ check: [a, v, r, n, want], got }) =>
+          line([a, v, r, n || '(cluster)', got ? 'yes' : 'no', want ? 'yes' : 'no']),
+        ),
+        '',
+      ].join('\n'),
+    );
+    const wrong = rows
+      .filter(({ check, got }) => got !== check[4])
+      .map(({ check }) => check.join(' '));
     assert.deepEqual(wrong, [], 'every check matches the expectation');
   });
 
   test('the end-to-end scenario passes with the watcher and the worker under their ServiceAccounts', async () => {
     const common = ['--namespace', NAMESPACE, '--port', '0'];
-    processes.push(startRollcall(`${run}-watcher`, ['watcher', ...common], { db, env: { KUBECONFIG: kubeconfigFor('rollcall-watcher', dir) } }));
-    processes.push(startRollcall(`${run}-worker`, ['worker', ...common], { db, env: { KUBECONFIG: kubeconfigFor('rollcall-worker', dir) } }));
+    processes.push(
+      startRollcall(`${run}-watcher`, ['watcher', ...common], {
+        db,
+        env: { KUBECONFIG: kubeconfigFor('rollcall-watcher', dir) },
+      }),
+    );
+    processes.push(
+      startRollcall(`${run}-worker`, ['worker', ...common], {
+        db,
+        env: { KUBECONFIG: kubeconfigFor('rollcall-worker', dir) },
+      }),
+    );
     // The simulated data plane plays the policy servers' pods; it runs as admin.
     processes.push(startRollcall(`${run}-sim`, ['sim', '--namespace', NAMESPACE], { db }));
 
     const ps = uniqueName('ps').slice(0, 40);
-    apply({ apiVersion: 'rollcall.dev/v1alpha1', kind: 'PolicyServer', metadata: { name: ps }, spec: { image: 'sim://policy-server', replicas: 2, serviceAccountName: 'rollcall-policy-server' } });
+    apply({
+      apiVersion: 'rollcall.dev/v1alpha1',
+      kind: 'PolicyServer',
+      metadata: { name: ps },
+      spec: {
+        image: 'sim://policy-server',
+        replicas: 2,
+        serviceAccountName: 'rollcall-policy-server',
+      },
+    });
     const policy = (name: string, module: string) => ({
       apiVersion: 'rollcall.dev/v1alpha1',
       kind: 'Policy',
       metadata: { name },
-      spec: { policyServer: ps, module, rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }] },
+      spec: {
+        policyServer: ps,
+        module,
+        rules: [
+          { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] },
+        ],
+      },
     });
     const good = `${run}-good`;
     const broken = `${run}-broken`;
-    apply(policy(good, 'sim://ok'), policy(broken, 'sim://fail?message=module+download+failed:+404'));
+    apply(
+      policy(good, 'sim://ok'),
+      policy(broken, 'sim://fail?message=module+download+failed:+404'),
+    );
     const waitPolicy = (name: string, done: (p: Policy) => boolean) =>
-      watchUntil<Policy & KubernetesObject>(kc, '/apis/rollcall.dev/v1alpha1/policies', done, { fieldSelector: `metadata.name=${name}`, timeoutMs: 60_000 });
+      watchUntil<Policy & KubernetesObject>(kc, '/apis/rollcall.dev/v1alpha1/policies', done, {
+        fieldSelector: `metadata.name=${name}`,
+        timeoutMs: 60_000,
+      });
 
-    const ready = await waitPolicy(good, (p) => isCurrent(p) && condition(p, 'Ready')?.status === 'True');
+    const ready = await waitPolicy(
+      good,
+      (p) => isCurrent(p) && condition(p, 'Ready')?.status === 'True',
+    );
     assert.equal(ready.status?.ready, '2/2');
     const admission = kc.makeApiClient(AdmissionregistrationV1Api);
     const hook = await admission.readValidatingWebhookConfiguration({ name: `rollcall-${good}` });
     assert.equal(hook.webhooks?.[0]?.clientConfig.service?.namespace, NAMESPACE);
 
-    const stalled = await waitPolicy(broken, (p) => isCurrent(p) && condition(p, 'Stalled')?.status === 'True');
+    const stalled = await waitPolicy(
+      broken,
+      (p) => isCurrent(p) && condition(p, 'Stalled')?.status === 'True',
+    );
     assert.equal(condition(stalled, 'Ready')?.status, 'False');
-    await assert.rejects(admission.readValidatingWebhookConfiguration({ name: `rollcall-${broken}` }), (err: { code?: number }) => err.code === 404);
+    await assert.rejects(
+      admission.readValidatingWebhookConfiguration({ name: `rollcall-${broken}` }),
+      (err: { code?: number }) => err.code === 404,
+    );
     // The Warning Event proves the worker may create Events in `default`.
     await watchUntil<KubernetesObject & { type?: string; regarding?: { uid?: string } }>(
       kc,
@@ -182,17 +278,26 @@ describe('RBAC of deploy/', () => {
       (e) => e.regarding?.uid === stalled.metadata.uid && e.type === 'Warning',
       { timeoutMs: 30_000 },
     );
-    const server = await watchUntil<PolicyServer & KubernetesObject>(kc, '/apis/rollcall.dev/v1alpha1/policyservers', (s) => condition(s, 'Ready')?.status === 'True', {
-      fieldSelector: `metadata.name=${ps}`,
-      timeoutMs: 30_000,
-    });
+    const server = await watchUntil<PolicyServer & KubernetesObject>(
+      kc,
+      '/apis/rollcall.dev/v1alpha1/policyservers',
+      (s) => condition(s, 'Ready')?.status === 'True',
+      {
+        fieldSelector: `metadata.name=${ps}`,
+        timeoutMs: 30_000,
+      },
+    );
     assert.equal(server.status?.readyReplicas, 2);
 
     // Nothing the roles tried was refused (a 403 is retried with backoff, so the scenario
     // could pass slowly with a missing permission: the logs say whether it happened).
     for (const role of ['watcher', 'worker']) {
       const log = readFileSync(join(logDir, `${run}-${role}.log`), 'utf8');
-      assert.doesNotMatch(log, /forbidden|"code":403|statusCode":403/i, `${role} was refused something; see ${logDir}/${run}-${role}.log`);
+      assert.doesNotMatch(
+        log,
+        /forbidden|"code":403|statusCode":403/i,
+        `${role} was refused something; see ${logDir}/${run}-${role}.log`,
+      );
     }
   });
 });
