@@ -188,7 +188,9 @@ export class Watcher {
 
   /** A Redis that restarted empty has lost the projections and the queue: rebuild both. */
   private async checkRedis(): Promise<void> {
-    if (!this.live) return;
+    // The initial rebuild failed (Redis was away just then): try again, or the watcher would
+    // hold the lease without ever going live.
+    if (!this.live) return this.maybeGoLive();
     if (this.lostWrites) {
       this.lostWrites = false;
       this.options.logger.warn('Redis is back after failed writes: rebuilding projections and enqueueing every key');

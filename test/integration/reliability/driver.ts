@@ -34,6 +34,8 @@ export class Scenario {
   private readonly custom: CustomObjectsApi;
   private readonly core: CoreV1Api;
   private next = 0;
+  /** Names unique to this process, so a leftover of an earlier run never collides. */
+  private readonly prefix = `rel${process.pid}`;
   readonly seed: number;
   readonly kc: KubeConfig;
   readonly namespace: string;
@@ -53,9 +55,10 @@ export class Scenario {
 
   /** Creates `servers` PolicyServers with 1–3 replicas (the namespace first). */
   async setup(servers: number): Promise<void> {
+    await deleteRollcallObjects(this.kc); // leftovers of an interrupted run
     await ensureNamespace(this.kc, this.namespace);
     for (let i = 0; i < servers; i++) {
-      const name = `rel-ps-${i}`;
+      const name = `${this.prefix}-ps-${i}`;
       const replicas = 1 + Math.floor(this.random() * 3);
       await this.custom.createClusterCustomObject({ ...group, plural: 'policyservers', body: { apiVersion: 'rollcall.dev/v1alpha1', kind: 'PolicyServer', metadata: { name }, spec: { image: 'sim://policy-server', replicas } } });
       this.model.servers.set(name, { replicas });
@@ -77,7 +80,7 @@ export class Scenario {
     this.model.policies.set(name, p);
   }
 
-  async createPolicy(name = `rel-pol-${this.next++}`, server = this.pick([...this.model.servers.keys()])): Promise<void> {
+  async createPolicy(name = `${this.prefix}-pol-${this.next++}`, server = this.pick([...this.model.servers.keys()])): Promise<void> {
     const { module, failMessage } = this.module();
     const resources = this.pick(resourceChoices);
     const body = {

@@ -27,7 +27,9 @@ test('Redis killed and restarted empty mid-storm loses nothing', { timeout: 120_
   procs.run();
   procs.sim();
   await s.setup(2);
-  await s.storm(8);
+  await s.storm(6);
+  await s.converge(60_000);
+  await s.storm(4);
   await redis.kill();
   await s.storm(6); // the cluster moves on while Redis is gone
   await sleep(1000);
