@@ -263,20 +263,31 @@ export class Watcher {
     policiesOfServer: (server) => [...(this.policiesByServer.get(server) ?? [])],
   };
 
-  private async enqueue(event: WatchEvent): Promise<void> {
-    const keys = new Set(this.options.functions.flatMap((f) => f.keysFor(event, this.clusterIndex)));
-    await Promise.all([...keys].map((key) => this.options.queue.enqueue(key)));
+  private keysFor(event: WatchEvent): string[] {
+    return this.options.functions.flatMap((f) => f.keysFor(event, this.clusterIndex));
   }
 
-  /** Every key that any watched object implies. */
+  private async enqueue(event: WatchEvent): Promise<void> {
+    await this.enqueueKeys(new Set(this.keysFor(event)));
+  }
+
+  /** Enqueues in bounded batches: a resync may produce thousands of keys. */
+  private async enqueueKeys(keys: Set<string>): Promise<void> {
+    const all = [...keys];
+    for (let i = 0; i < all.length; i += 200) {
+      await Promise.all(all.slice(i, i + 200).map((key) => this.options.queue.enqueue(key)));
+    }
+  }
+
+  /** Every key that any watched object implies, each once (many pods imply the same policy keys). */
   private async enqueueAll(why: string): Promise<void> {
-    let n = 0;
+    const keys = new Set<string>();
     for (const w of this.watched()) {
       for (const obj of this.reflectors.get(w.kind)?.list() ?? []) {
-        await this.enqueue({ kind: w.kind, type: 'resync', object: obj as WatchedObject });
-        n++;
+        for (const key of this.keysFor({ kind: w.kind, type: 'resync', object: obj as WatchedObject })) keys.add(key);
       }
     }
-    this.options.logger.info({ why, objects: n }, 'enqueued every key');
+    await this.enqueueKeys(keys);
+    this.options.logger.info({ why, keys: keys.size }, 'enqueued every key');
   }
 }
