@@ -4,8 +4,9 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants, mkdirSync, openSync, closeSync } from 'node:fs';
-import { createConnection, createServer } from 'node:net';
+import { createConnection } from 'node:net';
 import { delimiter, join, resolve } from 'node:path';
+import { freePort } from './ports.ts';
 
 export interface StartRedisOptions {
   /** Working directory of the private redis-server. Default: `.rollcall/local/redis`. */
@@ -116,19 +117,6 @@ function run(cmd: string, args: string[], log: (line: string) => void, env: Reco
   });
 }
 
-/** A free loopback port: bind port 0, read it, release it. */
-export function freePort(): Promise<number> {
-  return new Promise((resolvePromise, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolvePromise(port));
-    });
-  });
-}
 
 /** Resolves once `PING` answers `+PONG`; rejects when the child exits or after the timeout. */
 export async function waitForPing(port: number, child?: ChildProcess, timeoutMs = 10_000): Promise<void> {
