@@ -8,7 +8,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parse, stringify } from 'yaml';
-import { AdmissionregistrationV1Api, type KubernetesObject } from '@kubernetes/client-node';
+import {
+  AdmissionregistrationV1Api,
+  type KubernetesObject,
+  type V1ValidatingWebhookConfiguration,
+} from '@kubernetes/client-node';
 import type { Policy, PolicyServer } from '../../../api/v1alpha1.ts';
 import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 import {
@@ -259,7 +263,16 @@ describe('RBAC of deploy/', () => {
     );
     assert.equal(ready.status?.ready, '2/2');
     const admission = kc.makeApiClient(AdmissionregistrationV1Api);
-    const hook = await admission.readValidatingWebhookConfiguration({ name: `rollcall-${good}` });
+    // The webhook follows Ready (its own key, its own job): watch for it.
+    const hook = await watchUntil<V1ValidatingWebhookConfiguration>(
+      kc,
+      '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations',
+      () => true,
+      {
+        fieldSelector: `metadata.name=rollcall-${good}`,
+        timeoutMs: 30_000,
+      },
+    );
     assert.equal(hook.webhooks?.[0]?.clientConfig.service?.namespace, NAMESPACE);
 
     const stalled = await waitPolicy(
