@@ -6,7 +6,8 @@ import { request } from 'node:https';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ClusterState } from '../../../cluster/cluster.ts';
-import { ensureRedisServer, freePort, redisServerArgs, waitForPing } from '../../../cluster/redis.ts';
+import { freePort } from '../../../cluster/ports.ts';
+import { ensureRedisServer, redisServerArgs, waitForPing } from '../../../cluster/redis.ts';
 
 /** A redis-server only this test uses, on a fixed port so clients reconnect to the restarted one. */
 export class PrivateRedis {

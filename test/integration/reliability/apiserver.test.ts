@@ -1,0 +1,62 @@
+// Faults 2 and 5: the kube-apiserver restarts (every watch breaks) and, with etcd compacted
+// first, every watch resumes from a resourceVersion that is gone (410): the reflectors must
+// relist and rollcall must catch up with what changed meanwhile.
+import assert from 'node:assert/strict';
+import { after, afterEach, test } from 'node:test';
+import { freePort } from '../../../cluster/ports.ts';
+import { installCrds } from '../../../roles/install-crds.ts';
+import { testCluster, testKubeConfig } from '../../support/kube.ts';
+import { deleteRollcallObjects } from '../../support/rollcall.ts';
+import { Processes, Scenario, seedFromEnv } from './driver.ts';
+import { apiserverReady, compactEtcd, metric, restartApiserver } from './faults.ts';
+
+const kc = testKubeConfig();
+
+afterEach(async () => {
+  // Whatever happened, later test files need a serving apiserver.
+  assert.ok(await apiserverReady(testCluster()), 'the apiserver is serving after the test');
+});
+
+test('an apiserver restart mid-storm: watches break, relist, and the end state matches', { timeout: 150_000 }, async () => {
+  await installCrds(kc, { info: () => {} });
+  const procs = new Processes('rel-apiserver');
+  after(async () => {
+    await procs.stopAll();
+    await deleteRollcallObjects(kc);
+  });
+  const s = new Scenario(kc, 'rel-apiserver', seedFromEnv());
+  procs.run();
+  procs.sim();
+  await s.setup(2);
+  await s.storm(8);
+  await restartApiserver(testCluster());
+  await s.storm(6);
+  await s.converge(75_000);
+  await procs.stopAll();
+});
+
+test('etcd compacted and watches reconnected: every reflector gets 410 Gone and relists', { timeout: 150_000 }, async () => {
+  await installCrds(kc, { info: () => {} });
+  const procs = new Processes('rel-gone');
+  after(async () => {
+    await procs.stopAll();
+    await deleteRollcallObjects(kc);
+  });
+  const s = new Scenario(kc, 'rel-gone', seedFromEnv());
+  const port = await freePort();
+  procs.run(['--port', String(port)]);
+  procs.sim();
+  await s.setup(2);
+  await s.storm(6);
+  await s.converge(60_000);
+  const before = await metric(port, 'rollcall_watch_relists_total', { reason: 'gone' });
+  await s.storm(4);
+  // Compact to the current revision, then restart the apiserver: its new watch cache starts
+  // there, so every watch resuming from an older resourceVersion is answered 410 Gone.
+  await compactEtcd(testCluster());
+  await restartApiserver(testCluster());
+  await s.storm(4);
+  await s.converge(75_000);
+  const gone = (await metric(port, 'rollcall_watch_relists_total', { reason: 'gone' })) - before;
+  assert.ok(gone >= 3, `expected relists after 410 Gone on most watches, got ${gone}`);
+});
