@@ -101,7 +101,7 @@ test(`200 fuzzed reports on a real pod fail only that pod, and rollcall keeps ru
   assert.ok(written >= 190, `the API accepted only ${written} of 200 fuzzed reports`);
   // End on a known-bad one, so the final state is certain.
   await patch('{"rel-fuzzed": {"generation": "1", "state": "Loaded"}}');
-  const final = await waitPolicy((p) => p.status?.failures?.[0]?.message.includes('has wrong types') ?? false);
+  const final = await waitPolicy((p) => p.status?.failures?.[0]?.message.includes('has wrong types: rel-fuzzed.generation') ?? false);
   assert.equal(final.status?.readyReplicas, 2, 'the two good pods still count');
   assert.equal(final.status?.failedReplicas, 1);
   assert.equal(final.status?.failures?.[0]?.pod, victim);
