@@ -59,6 +59,18 @@ export function kubeRequestCounter(registry: Registry): (verb: string, code: num
   return (verb, code) => counter.inc({ verb, code: String(code) });
 }
 
+/** Resolves true when `p` settles in time, false otherwise (p keeps running). */
+function bounded(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p.then(
+      () => true,
+      () => true,
+    ),
+    new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms))),
+  ]).finally(() => clearTimeout(timer));
+}
+
 /** /readyz for the given roles: Redis answers, and a leading watcher has synced its informers. */
 export async function readiness(ping: () => Promise<string>, watcher: Pick<Watcher, 'isLeader' | 'isReady'> | undefined): Promise<Readiness> {
   const pong = await ping().catch((err: unknown) => (err as Error).message);
@@ -140,11 +152,24 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
   return {
     http,
     async stop() {
-      await http.close();
-      await watcher?.stop();
-      await worker?.close();
-      await queue.close();
-      for (const redis of [producer, store?.redis]) await redis?.quit().catch(() => redis.disconnect());
+      // Each step is bounded: a dependency that hangs (a Redis that came back mid-command)
+      // must not keep a terminating pod alive until the kubelet's SIGKILL.
+      let stuck = false;
+      const step = async (what: string, fn: () => Promise<unknown>, ms = 5000) => {
+        const started = Date.now();
+        const done = await bounded(fn().then(() => true), ms);
+        logger.debug({ step: what, ms: Date.now() - started }, done ? 'stopped' : 'gave up waiting');
+        if (!done) logger.warn({ step: what, ms }, 'shutdown step did not finish in time; going on');
+        stuck ||= !done;
+      };
+      await step('http', () => http.close());
+      await step('watcher', async () => watcher?.stop());
+      await step('worker', async () => worker?.close(), 30_000); // includes the jobs' grace period
+      await step('queue', () => queue.close());
+      for (const redis of [producer, store?.redis]) await step('redis', async () => redis?.quit().catch(() => redis.disconnect()), 2000);
+      // A stuck step may leave a socket holding the event loop open. The timer is unref'd: it
+      // fires only if something still keeps the process alive once the caller has returned.
+      if (stuck) setTimeout(() => process.exit(process.exitCode ?? 0), 2000).unref();
     },
   };
 }
