@@ -73,7 +73,7 @@ export class CountingProxy {
       JSON.stringify({
         apiVersion: 'v1',
         kind: 'Config',
-        clusters: [{ name: 'proxy', cluster: { server: `http://127.0.0.1:${port}` } }],
+        clusters: [{ name: 'proxy', cluster: { server: `http://127.0.0.1:${port}`, 'insecure-skip-tls-verify': true } }],
         users: [{ name: 'proxy', user: {} }],
         contexts: [{ name: 'proxy', context: { cluster: 'proxy', user: 'proxy' } }],
         'current-context': 'proxy',
