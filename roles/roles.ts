@@ -8,7 +8,14 @@ import { functions } from '../functions/index.ts';
 import { KubeWriter } from '../functions/kube-writer.ts';
 import type { FunctionContext } from '../functions/types.ts';
 import { ProjectionStore } from '../projections/store.ts';
-import { createRedis, QueueMetrics, runWorker, WorkQueue, type Handler, type RunningWorker } from '../queue/index.ts';
+import {
+  createRedis,
+  QueueMetrics,
+  runWorker,
+  WorkQueue,
+  type Handler,
+  type RunningWorker,
+} from '../queue/index.ts';
 import { startHttpServer, type HttpServer, type Readiness } from '../server/http.ts';
 import { mountUis } from '../server/ui.ts';
 import { Watcher } from '../watcher/watcher.ts';
@@ -72,12 +79,17 @@ function bounded(p: Promise<unknown>, ms: number): Promise<boolean> {
 }
 
 /** /readyz for the given roles: Redis answers, and a leading watcher has synced its informers. */
-export async function readiness(ping: () => Promise<string>, watcher: Pick<Watcher, 'isLeader' | 'isReady'> | undefined): Promise<Readiness> {
+export async function readiness(
+  ping: () => Promise<string>,
+  watcher: Pick<Watcher, 'isLeader' | 'isReady'> | undefined,
+): Promise<Readiness> {
   const pong = await ping().catch((err: unknown) => (err as Error).message);
   if (pong !== 'PONG') return { ready: false, detail: `Redis does not answer (${pong})` };
   if (!watcher) return { ready: true, detail: 'Redis answers' };
-  if (!watcher.isLeader()) return { ready: true, detail: 'standby watcher (not leading); Redis answers' };
-  if (!watcher.isReady()) return { ready: false, detail: 'leading watcher: informers not synced yet' };
+  if (!watcher.isLeader())
+    return { ready: true, detail: 'standby watcher (not leading); Redis answers' };
+  if (!watcher.isReady())
+    return { ready: false, detail: 'leading watcher: informers not synced yet' };
   return { ready: true, detail: 'leading watcher: informers synced; Redis answers' };
 }
 
@@ -87,7 +99,11 @@ export interface Running {
 }
 
 /** Starts the given roles in this process, with one HTTP server for probes, metrics and UIs. */
-export async function startRoles(roles: readonly Role[], config: Config, logger = createLogger(config.logLevel)): Promise<Running> {
+export async function startRoles(
+  roles: readonly Role[],
+  config: Config,
+  logger = createLogger(config.logLevel),
+): Promise<Running> {
   const kc = loadKubeConfig(config.kubeconfig);
   if (config.installCrds) await installCrds(kc, logger);
   const registry = new Registry();
@@ -97,11 +113,24 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
   producer.on('error', (err) => logger.warn({ err: err.message }, 'redis (producer) error'));
   const recordRequest = kubeRequestCounter(registry);
   const queueMetrics = new QueueMetrics({ registry, depth: () => queue.counts() });
-  const queue = new WorkQueue({ connection: producer, metrics: queueMetrics, coalesce: config.coalesce });
+  const queue = new WorkQueue({
+    connection: producer,
+    metrics: queueMetrics,
+    coalesce: config.coalesce,
+  });
 
   let watcher: Watcher | undefined;
   if (roles.includes('watcher')) {
-    watcher = new Watcher({ kc, redis: producer, queue, functions, namespace: config.namespace, logger: logger.child({ role: 'watcher' }), identity: config.identity, metrics: registry });
+    watcher = new Watcher({
+      kc,
+      redis: producer,
+      queue,
+      functions,
+      namespace: config.namespace,
+      logger: logger.child({ role: 'watcher' }),
+      identity: config.identity,
+      metrics: registry,
+    });
     watcher.start();
   }
 
@@ -112,7 +141,9 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
     storeRedis.on('error', (err) => logger.warn({ err: err.message }, 'redis (projections) error'));
     const projections = new ProjectionStore(storeRedis);
     store = projections;
-    const webhookCaBundle = config.webhookCaFile ? readFileSync(config.webhookCaFile).toString('base64') : undefined;
+    const webhookCaBundle = config.webhookCaFile
+      ? readFileSync(config.webhookCaFile).toString('base64')
+      : undefined;
     const handlers: Record<string, Handler> = {};
     for (const fn of functions) {
       handlers[fn.name] = (_key, ctx) => {
@@ -138,7 +169,11 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
     });
   }
 
-  const access = { credentials: config.uiCredentials, localOnly: config.uiLocalOnly, readOnly: config.uiReadOnly };
+  const access = {
+    credentials: config.uiCredentials,
+    localOnly: config.uiLocalOnly,
+    readOnly: config.uiReadOnly,
+  };
   const pageStore = store ?? new ProjectionStore(producer);
   const http = await startHttpServer({
     port: config.port,
@@ -157,16 +192,24 @@ export async function startRoles(roles: readonly Role[], config: Config, logger 
       let stuck = false;
       const step = async (what: string, fn: () => Promise<unknown>, ms = 5000) => {
         const started = Date.now();
-        const done = await bounded(fn().then(() => true), ms);
-        logger.debug({ step: what, ms: Date.now() - started }, done ? 'stopped' : 'gave up waiting');
-        if (!done) logger.warn({ step: what, ms }, 'shutdown step did not finish in time; going on');
+        const done = await bounded(
+          fn().then(() => true),
+          ms,
+        );
+        logger.debug(
+          { step: what, ms: Date.now() - started },
+          done ? 'stopped' : 'gave up waiting',
+        );
+        if (!done)
+          logger.warn({ step: what, ms }, 'shutdown step did not finish in time; going on');
         stuck ||= !done;
       };
       await step('http', () => http.close());
       await step('watcher', async () => watcher?.stop());
       await step('worker', async () => worker?.close(), 30_000); // includes the jobs' grace period
       await step('queue', () => queue.close());
-      for (const redis of [producer, store?.redis]) await step('redis', async () => redis?.quit().catch(() => redis.disconnect()), 2000);
+      for (const redis of [producer, store?.redis])
+        await step('redis', async () => redis?.quit().catch(() => redis.disconnect()), 2000);
       // A stuck step may leave a socket holding the event loop open. The timer is unref'd: it
       // fires only if something still keeps the process alive once the caller has returned.
       if (stuck) setTimeout(() => process.exit(process.exitCode ?? 0), 2000).unref();

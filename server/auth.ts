@@ -31,7 +31,11 @@ const safeMethods = new Set(['GET', 'HEAD', 'OPTIONS']);
  * True when a state-changing request came from a page of this origin: browsers always send
  * `Origin` on non-GET fetches, and a cross-site form or script cannot forge it. Pure.
  */
-export function isSameOrigin(method: string, url: string, headers: { origin?: string | null; secFetchSite?: string | null }): boolean {
+export function isSameOrigin(
+  method: string,
+  url: string,
+  headers: { origin?: string | null; secFetchSite?: string | null },
+): boolean {
   if (safeMethods.has(method)) return true;
   if (headers.secFetchSite && headers.secFetchSite !== 'same-origin') return false;
   if (!headers.origin) return false;
@@ -50,14 +54,26 @@ function remoteAddress(c: Context): string | undefined {
 export function uiGuard(access: UiAccess): MiddlewareHandler {
   const disabled = uiDisabledReason(access);
   const [user = '', ...rest] = (access.credentials ?? '').split(':');
-  const auth = access.credentials ? basicAuth({ username: user, password: rest.join(':'), realm: 'rollcall' }) : undefined;
+  const auth = access.credentials
+    ? basicAuth({ username: user, password: rest.join(':'), realm: 'rollcall' })
+    : undefined;
   return async (c, next) => {
     if (disabled) return c.text(disabled, 403);
-    if (access.localOnly && !isLoopback(remoteAddress(c))) return c.text('the UIs are served to loopback clients only (--ui-local-only)', 403);
+    if (access.localOnly && !isLoopback(remoteAddress(c)))
+      return c.text('the UIs are served to loopback clients only (--ui-local-only)', 403);
     // basicAuth throws an HTTPException (401 with WWW-Authenticate) on missing or wrong credentials.
     if (auth) await auth(c, async () => {});
-    if (access.readOnly && !safeMethods.has(c.req.method)) return c.text('the queue UI is read-only (start with --ui-allow-actions to allow actions)', 405);
-    if (!isSameOrigin(c.req.method, c.req.url, { origin: c.req.header('origin'), secFetchSite: c.req.header('sec-fetch-site') }))
+    if (access.readOnly && !safeMethods.has(c.req.method))
+      return c.text(
+        'the queue UI is read-only (start with --ui-allow-actions to allow actions)',
+        405,
+      );
+    if (
+      !isSameOrigin(c.req.method, c.req.url, {
+        origin: c.req.header('origin'),
+        secFetchSite: c.req.header('sec-fetch-site'),
+      })
+    )
       return c.text('cross-origin request refused', 403);
     await next();
   };

@@ -45,17 +45,25 @@ export function createApp(opts: Omit<HttpServerOptions, 'port'>): Hono {
   app.get('/readyz', async (c) => {
     const ms = opts.readyTimeoutMs ?? 2000;
     const r = await withTimeout(
-      opts.ready().catch((err: unknown): Readiness => ({ ready: false, detail: `readiness check failed: ${(err as Error).message}` })),
+      opts
+        .ready()
+        .catch((err: unknown): Readiness => ({
+          ready: false,
+          detail: `readiness check failed: ${(err as Error).message}`,
+        })),
       ms,
       { ready: false, detail: `readiness check took over ${ms} ms` },
     );
     return c.text(`${r.ready ? 'ok' : 'not ready'}: ${r.detail}\n`, r.ready ? 200 : 503);
   });
-  app.get('/metrics', async (c) => c.body(await opts.registry.metrics(), 200, { 'content-type': opts.registry.contentType }));
+  app.get('/metrics', async (c) =>
+    c.body(await opts.registry.metrics(), 200, { 'content-type': opts.registry.contentType }),
+  );
   opts.extend?.(app);
   app.onError((err, c) => {
     // HTTPException carries its own response (e.g. basic auth's 401 with WWW-Authenticate).
-    if ('getResponse' in err && typeof err.getResponse === 'function') return err.getResponse() as Response;
+    if ('getResponse' in err && typeof err.getResponse === 'function')
+      return err.getResponse() as Response;
     opts.logger.error({ err, path: c.req.path }, 'http handler failed');
     return c.text('internal error', 500);
   });
@@ -65,17 +73,20 @@ export function createApp(opts: Omit<HttpServerOptions, 'port'>): Hono {
 export function startHttpServer(opts: HttpServerOptions): Promise<HttpServer> {
   const app = createApp(opts);
   return new Promise((resolveServer) => {
-    const server: ServerType = serve({ fetch: app.fetch, port: opts.port, hostname: opts.hostname ?? '0.0.0.0' }, (info) => {
-      resolveServer({
-        port: info.port,
-        app,
-        close: () =>
-          new Promise<void>((r) => {
-            server.close(() => r());
-            // Keep-alive connections (a browser on the status page) must not hold shutdown up.
-            if ('closeAllConnections' in server) server.closeAllConnections();
-          }),
-      });
-    });
+    const server: ServerType = serve(
+      { fetch: app.fetch, port: opts.port, hostname: opts.hostname ?? '0.0.0.0' },
+      (info) => {
+        resolveServer({
+          port: info.port,
+          app,
+          close: () =>
+            new Promise<void>((r) => {
+              server.close(() => r());
+              // Keep-alive connections (a browser on the status page) must not hold shutdown up.
+              if ('closeAllConnections' in server) server.closeAllConnections();
+            }),
+        });
+      },
+    );
   });
 }

@@ -17,7 +17,14 @@ export function queueLink(queueName: string, status: string): string {
 export function mountQueueUi(app: Hono, queues: readonly Queue[], readOnly: boolean): void {
   const adapter = new HonoAdapter(serveStatic).setBasePath(queueUiPath);
   createBullBoard({
-    queues: queues.map((q) => new BullMQAdapter(q, { readOnlyMode: readOnly, allowRetries: !readOnly, description: 'rollcall reconcile jobs (one key per job)' })),
+    queues: queues.map(
+      (q) =>
+        new BullMQAdapter(q, {
+          readOnlyMode: readOnly,
+          allowRetries: !readOnly,
+          description: 'rollcall reconcile jobs (one key per job)',
+        }),
+    ),
     // @bull-board/hono pins its own copy of @bull-board/api: same interface, distinct
     // declarations (private fields), so TypeScript needs telling they match.
     serverAdapter: adapter as unknown as Parameters<typeof createBullBoard>[0]['serverAdapter'],

@@ -8,7 +8,12 @@ import type { HtmlEscapedString } from 'hono/utils/html';
 import { REPORT_ANNOTATION } from '../api/constants.ts';
 import type { Pod } from '../api/kube.ts';
 import { readReplicaReport } from '../api/report.ts';
-import { policySchema, policyServerSchema, type Policy, type PolicyServer } from '../api/v1alpha1.ts';
+import {
+  policySchema,
+  policyServerSchema,
+  type Policy,
+  type PolicyServer,
+} from '../api/v1alpha1.ts';
 import type { ProjectionStore } from '../projections/store.ts';
 import { queueLink } from './queue-ui.ts';
 
@@ -53,38 +58,66 @@ export interface StatusModel {
   invalid: string[];
 }
 
-const isPodReady = (pod: Pod) => pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+const isPodReady = (pod: Pod) =>
+  pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 /** What one replica says about one policy, judged against the policy's current generation. */
-export function cellFor(report: ReturnType<typeof readReplicaReport>, policy: string, generation: number): Cell {
+export function cellFor(
+  report: ReturnType<typeof readReplicaReport>,
+  policy: string,
+  generation: number,
+): Cell {
   if (report.kind === 'absent') return { state: 'Missing', message: 'no report yet' };
   if (report.kind === 'invalid') return { state: 'Failed', message: report.reason };
   const entry = report.report[policy];
   if (!entry) return { state: 'Missing', message: 'not in report' };
-  if (entry.generation !== generation) return { state: 'Stale', message: `reported generation ${entry.generation}, current ${generation}` };
+  if (entry.generation !== generation)
+    return {
+      state: 'Stale',
+      message: `reported generation ${entry.generation}, current ${generation}`,
+    };
   return entry.message ? { state: entry.state, message: entry.message } : { state: entry.state };
 }
 
-const summaryOf = (obj: Policy | PolicyServer) => obj.status?.summary ?? (obj.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True' ? 'Ready' : 'Unknown');
+const summaryOf = (obj: Policy | PolicyServer) =>
+  obj.status?.summary ??
+  (obj.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True'
+    ? 'Ready'
+    : 'Unknown');
 
 /** Builds the page's model from raw projections. Pure. */
-export function statusModel(rawPolicies: unknown[], rawServers: unknown[], podsByServer: ReadonlyMap<string, Pod[]>): StatusModel {
+export function statusModel(
+  rawPolicies: unknown[],
+  rawServers: unknown[],
+  podsByServer: ReadonlyMap<string, Pod[]>,
+): StatusModel {
   const invalid: string[] = [];
-  const parseAll = <T extends { metadata: { name: string } }>(raws: unknown[], schema: { safeParse(v: unknown): { success: true; data: T } | { success: false } }): T[] =>
+  const parseAll = <T extends { metadata: { name: string } }>(
+    raws: unknown[],
+    schema: { safeParse(v: unknown): { success: true; data: T } | { success: false } },
+  ): T[] =>
     raws.flatMap((raw) => {
       const parsed = schema.safeParse(raw);
       if (parsed.success) return [parsed.data];
       invalid.push((raw as { metadata?: { name?: string } } | null)?.metadata?.name ?? '(unnamed)');
       return [];
     });
-  const policies = parseAll<Policy>(rawPolicies, policySchema).sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
-  const servers = parseAll<PolicyServer>(rawServers, policyServerSchema).sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+  const policies = parseAll<Policy>(rawPolicies, policySchema).sort((a, b) =>
+    a.metadata.name.localeCompare(b.metadata.name),
+  );
+  const servers = parseAll<PolicyServer>(rawServers, policyServerSchema).sort((a, b) =>
+    a.metadata.name.localeCompare(b.metadata.name),
+  );
   const serverNames = new Set(servers.map((s) => s.metadata.name));
 
   const sections = servers.map((server): ServerSection => {
     const name = server.metadata.name;
-    const pods = [...(podsByServer.get(name) ?? [])].sort((a, b) => (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? ''));
-    const reports = pods.map((p) => readReplicaReport(p.metadata?.annotations?.[REPORT_ANNOTATION]));
+    const pods = [...(podsByServer.get(name) ?? [])].sort((a, b) =>
+      (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? ''),
+    );
+    const reports = pods.map((p) =>
+      readReplicaReport(p.metadata?.annotations?.[REPORT_ANNOTATION]),
+    );
     const replicas = pods.map((pod, i): ReplicaColumn => {
       const report = reports[i]!;
       return {
@@ -101,22 +134,37 @@ export function statusModel(rawPolicies: unknown[], rawServers: unknown[], podsB
         return {
           name: p.metadata.name,
           generation,
-          ready: p.status?.ready ?? `${p.status?.readyReplicas ?? 0}/${p.status?.replicas ?? server.spec.replicas ?? 0}`,
+          ready:
+            p.status?.ready ??
+            `${p.status?.readyReplicas ?? 0}/${p.status?.replicas ?? server.spec.replicas ?? 0}`,
           summary: summaryOf(p),
           cells: reports.map((r) => cellFor(r, p.metadata.name, generation)),
         };
       });
-    return { name, ready: server.status?.ready ?? `${server.status?.readyReplicas ?? 0}/${server.spec.replicas ?? 0}`, summary: summaryOf(server), replicas, policies: rows };
+    return {
+      name,
+      ready:
+        server.status?.ready ?? `${server.status?.readyReplicas ?? 0}/${server.spec.replicas ?? 0}`,
+      summary: summaryOf(server),
+      replicas,
+      policies: rows,
+    };
   });
-  const orphans = policies.filter((p) => !serverNames.has(p.spec.policyServer)).map((p) => ({ name: p.metadata.name, server: p.spec.policyServer, summary: summaryOf(p) }));
+  const orphans = policies
+    .filter((p) => !serverNames.has(p.spec.policyServer))
+    .map((p) => ({ name: p.metadata.name, server: p.spec.policyServer, summary: summaryOf(p) }));
   return { servers: sections, orphans, invalid };
 }
 
 /** Reads the projections: one HVALS per kind and one per server. */
 export async function loadStatusModel(store: ProjectionStore): Promise<StatusModel> {
   const [policies, servers] = await Promise.all([store.all('policy'), store.all('policyserver')]);
-  const names = servers.map((s) => (s as { metadata?: { name?: string } }).metadata?.name).filter((n): n is string => Boolean(n));
-  const pods = new Map(await Promise.all(names.map(async (n) => [n, await store.podsOf(n)] as const)));
+  const names = servers
+    .map((s) => (s as { metadata?: { name?: string } }).metadata?.name)
+    .filter((n): n is string => Boolean(n));
+  const pods = new Map(
+    await Promise.all(names.map(async (n) => [n, await store.podsOf(n)] as const)),
+  );
   return statusModel(policies, servers, pods);
 }
 
@@ -128,12 +176,19 @@ th{background:#f4f4f4}.Loaded,.Ready{color:#17692c}.Loading,.Reconciling,.Stale{
 .Missing,.Unknown{color:#777}.msg{display:block;font-weight:400;max-width:28rem;white-space:pre-wrap}small{color:#666}`;
 
 function cellHtml(cell: Cell): HtmlEscapedString | Promise<HtmlEscapedString> {
-  return html`<td class="${cell.state}" data-state="${cell.state}">${cell.state}${cell.message ? html`<span class="msg">${cell.message}</span>` : ''}</td>`;
+  return html`<td class="${cell.state}" data-state="${cell.state}">
+    ${cell.state}${cell.message ? html`<span class="msg">${cell.message}</span>` : ''}
+  </td>`;
 }
 
 function serverHtml(s: ServerSection, queueName: string) {
   const replicaHead = s.replicas.map(
-    (r) => html`<th>${r.pod}<br /><small>${r.terminating ? 'terminating' : r.ready ? 'ready' : 'not ready'}${r.reportError ? ' · bad report' : ''}</small></th>`,
+    (r) =>
+      html`<th>
+        ${r.pod}<br /><small
+          >${r.terminating ? 'terminating' : r.ready ? 'ready' : 'not ready'}${r.reportError ? ' · bad report' : ''}</small
+        >
+      </th>`,
   );
   const rows = s.policies.map(
     (p) =>
@@ -142,45 +197,84 @@ function serverHtml(s: ServerSection, queueName: string) {
         <td class="${p.summary}">${p.summary}</td>
         <td>${p.ready}</td>
         ${p.cells.map(cellHtml)}
-        <td><a href="${queueLink(queueName, p.summary === 'Stalled' ? 'failed' : 'latest')}">jobs</a></td>
+        <td>
+          <a href="${queueLink(queueName, p.summary === 'Stalled' ? 'failed' : 'latest')}">jobs</a>
+        </td>
       </tr>`,
   );
   return html`<section data-server="${s.name}">
-    <h2>PolicyServer ${s.name} <span class="${s.summary}">${s.summary}</span> <small>READY ${s.ready}</small></h2>
+    <h2>
+      PolicyServer ${s.name} <span class="${s.summary}">${s.summary}</span>
+      <small>READY ${s.ready}</small>
+    </h2>
     ${s.replicas.length === 0 ? html`<p>No pods.</p>` : ''}
-    ${s.policies.length === 0
-      ? html`<p>No policies.</p>`
-      : html`<table>
-          <thead><tr><th>policy</th><th>status</th><th>READY</th>${replicaHead}<th>queue</th></tr></thead>
-          <tbody>${rows}</tbody>
-        </table>`}
+    ${
+      s.policies.length === 0
+        ? html`<p>No policies.</p>`
+        : html`<table>
+            <thead>
+              <tr>
+                <th>policy</th>
+                <th>status</th>
+                <th>READY</th>
+                ${replicaHead}
+                <th>queue</th>
+              </tr>
+            </thead>
+            <tbody>
+              ${rows}
+            </tbody>
+          </table>`
+    }
   </section>`;
 }
 
-export function renderStatusPage(model: StatusModel, opts: { queueName: string; refreshSeconds: number; now: Date }) {
+export function renderStatusPage(
+  model: StatusModel,
+  opts: { queueName: string; refreshSeconds: number; now: Date },
+) {
   return html`<!doctype html>
-<html lang="en">
-  <head>
-    <meta charset="utf-8" />
-    <meta http-equiv="refresh" content="${opts.refreshSeconds}" />
-    <title>rollcall status</title>
-    <style>${raw(styles)}</style>
-  </head>
-  <body>
-    <h1>rollcall</h1>
-    <p><small>as of ${opts.now.toISOString()} · refreshes every ${opts.refreshSeconds}s · <a href="${queueLink(opts.queueName, 'latest')}">queue</a> · <a href="/metrics">metrics</a></small></p>
-    ${model.servers.length === 0 ? html`<p>No PolicyServers.</p>` : model.servers.map((s) => serverHtml(s, opts.queueName))}
-    ${model.orphans.length
-      ? html`<h2>Policies without a server</h2><ul>${model.orphans.map((o) => html`<li>${o.name} → ${o.server} (<span class="${o.summary}">${o.summary}</span>)</li>`)}</ul>`
-      : ''}
-    ${model.invalid.length ? html`<p class="Failed">Unreadable projections: ${model.invalid.join(', ')}</p>` : ''}
-  </body>
-</html>`;
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta http-equiv="refresh" content="${opts.refreshSeconds}" />
+        <title>rollcall status</title>
+        <style>
+          ${raw(styles)}
+        </style>
+      </head>
+      <body>
+        <h1>rollcall</h1>
+        <p>
+          <small
+            >as of ${opts.now.toISOString()} · refreshes every ${opts.refreshSeconds}s ·
+            <a href="${queueLink(opts.queueName, 'latest')}">queue</a> ·
+            <a href="/metrics">metrics</a></small
+          >
+        </p>
+        ${model.servers.length === 0 ? html`<p>No PolicyServers.</p>` : model.servers.map((s) => serverHtml(s, opts.queueName))}
+        ${
+          model.orphans.length
+            ? html`<h2>Policies without a server</h2>
+                <ul>
+                  ${model.orphans.map((o) => html`<li>${o.name} → ${o.server} (<span class="${o.summary}">${o.summary}</span>)</li>`)}
+                </ul>`
+            : ''
+        }
+        ${model.invalid.length ? html`<p class="Failed">Unreadable projections: ${model.invalid.join(', ')}</p>` : ''}
+      </body>
+    </html>`;
 }
 
-export function mountStatusPage(app: Hono, store: ProjectionStore, queueName: string, refreshSeconds = 5): void {
+export function mountStatusPage(
+  app: Hono,
+  store: ProjectionStore,
+  queueName: string,
+  refreshSeconds = 5,
+): void {
   app.get('/', async (c) => {
-    if (!(await store.isSynced())) return c.text('projections not synced yet (is the watcher leading?)', 503);
+    if (!(await store.isSynced()))
+      return c.text('projections not synced yet (is the watcher leading?)', 503);
     const model = await loadStatusModel(store);
     return c.html(renderStatusPage(model, { queueName, refreshSeconds, now: new Date() }));
   });

@@ -28,7 +28,12 @@ export function mountUis(app: Hono, opts: UiOptions): void {
   mountQueueUi(app, [opts.queue], opts.access.readOnly);
   if (opts.store) mountStatusPage(app, opts.store, opts.queue.name);
   opts.logger.info(
-    { queueUi: queueUiPath, localOnly: opts.access.localOnly, readOnly: opts.access.readOnly, basicAuth: Boolean(opts.access.credentials) },
+    {
+      queueUi: queueUiPath,
+      localOnly: opts.access.localOnly,
+      readOnly: opts.access.readOnly,
+      basicAuth: Boolean(opts.access.credentials),
+    },
     'operator UIs enabled',
   );
 }

@@ -6,7 +6,13 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { Gauge, Histogram, type Registry } from 'prom-client';
 import { MANAGED_BY, MANAGED_BY_LABEL, POLICY_SERVER_LABEL } from '../api/constants.ts';
-import type { ClusterIndex, ReconcileFunction, WatchedKind, WatchEvent, WatchedObject } from '../functions/types.ts';
+import type {
+  ClusterIndex,
+  ReconcileFunction,
+  WatchedKind,
+  WatchEvent,
+  WatchedObject,
+} from '../functions/types.ts';
 import { podServer, ProjectionStore, type ProjectedKind } from '../projections/store.ts';
 import type { WorkQueue } from '../queue/index.ts';
 import { LeaderElector } from './leader.ts';
@@ -115,11 +121,30 @@ export class Watcher {
     const ns = this.options.namespace;
     const servers = POLICY_SERVER_LABEL;
     return [
-      { kind: 'PolicyServer', projected: 'policyserver', path: '/apis/rollcall.dev/v1alpha1/policyservers' },
+      {
+        kind: 'PolicyServer',
+        projected: 'policyserver',
+        path: '/apis/rollcall.dev/v1alpha1/policyservers',
+      },
       { kind: 'Policy', projected: 'policy', path: '/apis/rollcall.dev/v1alpha1/policies' },
-      { kind: 'Deployment', projected: 'deployment', path: `/apis/apps/v1/namespaces/${ns}/deployments`, labelSelector: servers },
-      { kind: 'ReplicaSet', projected: 'replicaset', path: `/apis/apps/v1/namespaces/${ns}/replicasets`, labelSelector: servers },
-      { kind: 'Pod', projected: 'pod', path: `/api/v1/namespaces/${ns}/pods`, labelSelector: servers },
+      {
+        kind: 'Deployment',
+        projected: 'deployment',
+        path: `/apis/apps/v1/namespaces/${ns}/deployments`,
+        labelSelector: servers,
+      },
+      {
+        kind: 'ReplicaSet',
+        projected: 'replicaset',
+        path: `/apis/apps/v1/namespaces/${ns}/replicasets`,
+        labelSelector: servers,
+      },
+      {
+        kind: 'Pod',
+        projected: 'pod',
+        path: `/api/v1/namespaces/${ns}/pods`,
+        labelSelector: servers,
+      },
       {
         kind: 'ValidatingWebhookConfiguration',
         projected: 'webhook',
@@ -140,7 +165,9 @@ export class Watcher {
         staleAfterMs: this.options.staleAfterMs,
         resyncMs: 0, // one resync timer for all kinds, below
         logger,
-        metrics: this.options.metrics ? reflectorMetrics(this.options.metrics, w.projected) : undefined,
+        metrics: this.options.metrics
+          ? reflectorMetrics(this.options.metrics, w.projected)
+          : undefined,
         onAdd: (obj) => this.changed(w, 'added', obj),
         onUpdate: (old, obj) => this.changed(w, 'modified', obj, old),
         onDelete: (obj) => this.changed(w, 'deleted', obj),
@@ -150,7 +177,12 @@ export class Watcher {
       reflector.start();
     }
     const every = (ms: number, fn: () => Promise<void>) =>
-      this.timers.push(setInterval(() => fn().catch((err: unknown) => logger.warn({ err }, 'periodic watcher task failed')), ms));
+      this.timers.push(
+        setInterval(
+          () => fn().catch((err: unknown) => logger.warn({ err }, 'periodic watcher task failed')),
+          ms,
+        ),
+      );
     every(this.options.resyncMs ?? 300_000, () => this.enqueueAll('resync'));
     every(this.options.redisCheckMs ?? 2000, () => this.checkRedis());
   }
@@ -176,11 +208,15 @@ export class Watcher {
   private rebuild(why: string): Promise<void> {
     this.rebuilding ??= (async () => {
       const objects: Partial<Record<ProjectedKind, KubernetesObject[]>> = {};
-      for (const w of this.watched()) objects[w.projected] = this.reflectors.get(w.kind)?.list() ?? [];
+      for (const w of this.watched())
+        objects[w.projected] = this.reflectors.get(w.kind)?.list() ?? [];
       this.policiesByServer.clear();
       for (const p of objects.policy ?? []) this.index(p, undefined);
       await this.store.replaceAll(objects as never);
-      this.options.logger.info({ why, objects: Object.values(objects).reduce((n, l) => n + l.length, 0) }, 'projections written');
+      this.options.logger.info(
+        { why, objects: Object.values(objects).reduce((n, l) => n + l.length, 0) },
+        'projections written',
+      );
       await this.enqueueAll(why);
     })().finally(() => (this.rebuilding = undefined));
     return this.rebuilding;
@@ -193,19 +229,32 @@ export class Watcher {
     if (!this.live) return this.maybeGoLive();
     if (this.lostWrites) {
       this.lostWrites = false;
-      this.options.logger.warn('Redis is back after failed writes: rebuilding projections and enqueueing every key');
+      this.options.logger.warn(
+        'Redis is back after failed writes: rebuilding projections and enqueueing every key',
+      );
       await this.rebuild('redis came back').catch((err: unknown) => {
         this.lostWrites = true;
         throw err;
       });
     } else if (!(await this.store.isSynced())) {
-      this.options.logger.warn('Redis lost the projections (restarted empty?): rebuilding them and enqueueing every key');
+      this.options.logger.warn(
+        'Redis lost the projections (restarted empty?): rebuilding them and enqueueing every key',
+      );
       await this.rebuild('redis came back empty');
     }
   }
 
-  private async changed(w: Watched, type: WatchEvent['type'], obj: KubernetesObject, old?: KubernetesObject): Promise<void> {
-    if (w.kind === 'Policy') this.index(type === 'deleted' ? undefined : obj, old ?? (type === 'deleted' ? obj : undefined));
+  private async changed(
+    w: Watched,
+    type: WatchEvent['type'],
+    obj: KubernetesObject,
+    old?: KubernetesObject,
+  ): Promise<void> {
+    if (w.kind === 'Policy')
+      this.index(
+        type === 'deleted' ? undefined : obj,
+        old ?? (type === 'deleted' ? obj : undefined),
+      );
     if (!this.live) return; // the initial rebuild writes everything at once
     if (w.kind === 'Policy') this.trackConvergence(type, obj, old);
     const name = obj.metadata?.name ?? '';
@@ -214,10 +263,16 @@ export class Watcher {
       if (type === 'deleted') await this.store.remove(w.projected, name, podServer(obj));
       else {
         const oldServer = old ? podServer(old) : undefined;
-        if (w.projected === 'pod' && oldServer !== podServer(obj)) await this.store.remove('pod', name, oldServer);
+        if (w.projected === 'pod' && oldServer !== podServer(obj))
+          await this.store.remove('pod', name, oldServer);
         await this.store.put(w.projected, obj as never);
       }
-      await this.enqueue({ kind: w.kind, type, object: obj as WatchedObject, old: old as WatchedObject | undefined });
+      await this.enqueue({
+        kind: w.kind,
+        type,
+        object: obj as WatchedObject,
+        old: old as WatchedObject | undefined,
+      });
     } catch (err) {
       this.lostWrites = true;
       throw err;
@@ -229,24 +284,31 @@ export class Watcher {
    * brought a new generation, and the later one whose status observed it. Generations that
    * changed while this watcher was not leading are not measured.
    */
-  private trackConvergence(type: WatchEvent['type'], obj: KubernetesObject, old: KubernetesObject | undefined): void {
+  private trackConvergence(
+    type: WatchEvent['type'],
+    obj: KubernetesObject,
+    old: KubernetesObject | undefined,
+  ): void {
     const name = obj.metadata?.name ?? '';
     if (type === 'deleted') {
       this.awaitingStatus.delete(name);
       return;
     }
     const generation = obj.metadata?.generation ?? 0;
-    const observed = (obj as { status?: { observedGeneration?: number } }).status?.observedGeneration ?? 0;
+    const observed =
+      (obj as { status?: { observedGeneration?: number } }).status?.observedGeneration ?? 0;
     const waiting = this.awaitingStatus.get(name);
     if (waiting && observed >= waiting.generation) {
       this.convergence?.observe((Date.now() - waiting.since) / 1000);
       this.awaitingStatus.delete(name);
     }
-    if (generation > observed && generation !== (old?.metadata?.generation ?? 0)) this.awaitingStatus.set(name, { generation, since: Date.now() });
+    if (generation > observed && generation !== (old?.metadata?.generation ?? 0))
+      this.awaitingStatus.set(name, { generation, since: Date.now() });
   }
 
   private index(now: KubernetesObject | undefined, before: KubernetesObject | undefined): void {
-    const serverOf = (o: KubernetesObject | undefined) => (o as { spec?: { policyServer?: string } } | undefined)?.spec?.policyServer;
+    const serverOf = (o: KubernetesObject | undefined) =>
+      (o as { spec?: { policyServer?: string } } | undefined)?.spec?.policyServer;
     const name = (now ?? before)?.metadata?.name;
     if (!name) return;
     const prev = serverOf(before);
@@ -284,7 +346,12 @@ export class Watcher {
     const keys = new Set<string>();
     for (const w of this.watched()) {
       for (const obj of this.reflectors.get(w.kind)?.list() ?? []) {
-        for (const key of this.keysFor({ kind: w.kind, type: 'resync', object: obj as WatchedObject })) keys.add(key);
+        for (const key of this.keysFor({
+          kind: w.kind,
+          type: 'resync',
+          object: obj as WatchedObject,
+        }))
+          keys.add(key);
       }
     }
     await this.enqueueKeys(keys);

@@ -58,16 +58,32 @@ export function parsePrometheusText(text: string): Map<string, MetricFamily> {
     const m = sampleLine.exec(line);
     if (!m) throw new Error(`bad sample line: ${line}`);
     const name = m[1]!;
-    const base = [...families.keys()].find((f) => name === f || (/_(bucket|sum|count|total|created)$/.test(name) && name.replace(/_(bucket|sum|count|created)$/, '') === f)) ?? name;
-    family(base).samples.push({ name, labels: m[3] ? parseLabels(m[3]) : {}, value: parseValue(m[4]!) });
+    const base =
+      [...families.keys()].find(
+        (f) =>
+          name === f ||
+          (/_(bucket|sum|count|total|created)$/.test(name) &&
+            name.replace(/_(bucket|sum|count|created)$/, '') === f),
+      ) ?? name;
+    family(base).samples.push({
+      name,
+      labels: m[3] ? parseLabels(m[3]) : {},
+      value: parseValue(m[4]!),
+    });
   }
   return families;
 }
 
 /** Sum of the samples named `name` whose labels include `match`. */
-export function sumOf(families: Map<string, MetricFamily>, name: string, match: Record<string, string> = {}): number {
+export function sumOf(
+  families: Map<string, MetricFamily>,
+  name: string,
+  match: Record<string, string> = {},
+): number {
   let total = 0;
   for (const f of families.values())
-    for (const s of f.samples) if (s.name === name && Object.entries(match).every(([k, v]) => s.labels[k] === v)) total += s.value;
+    for (const s of f.samples)
+      if (s.name === name && Object.entries(match).every(([k, v]) => s.labels[k] === v))
+        total += s.value;
   return total;
 }

@@ -8,7 +8,12 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { installCrds } from '../../../roles/install-crds.ts';
 import { testKubeConfig } from '../../support/kube.ts';
-import { ensureNamespace, startRollcall, testDb, type RollcallProcess } from '../../support/rollcall.ts';
+import {
+  ensureNamespace,
+  startRollcall,
+  testDb,
+  type RollcallProcess,
+} from '../../support/rollcall.ts';
 import { freePort, get, HoldingProxy, TestRedis, waitFor } from './support.ts';
 
 const kc = testKubeConfig();
@@ -26,11 +31,17 @@ before(async () => {
   await redis.start();
   const port = await freePort();
   readyz = `http://127.0.0.1:${port}/readyz`;
-  const kubeconfig = proxy.writeKubeconfig(join(mkdtempSync(join(tmpdir(), 'rollcall-ops-')), 'kubeconfig'));
-  rollcall = startRollcall('ops-readyz', ['run', '--namespace', namespace, '--port', String(port), '--kubeconfig', kubeconfig], {
-    db: testDb(),
-    env: { REDIS_URL: redis.url },
-  });
+  const kubeconfig = proxy.writeKubeconfig(
+    join(mkdtempSync(join(tmpdir(), 'rollcall-ops-')), 'kubeconfig'),
+  );
+  rollcall = startRollcall(
+    'ops-readyz',
+    ['run', '--namespace', namespace, '--port', String(port), '--kubeconfig', kubeconfig],
+    {
+      db: testDb(),
+      env: { REDIS_URL: redis.url },
+    },
+  );
 });
 
 after(async () => {
@@ -40,10 +51,14 @@ after(async () => {
 });
 
 test('a leading watcher whose informers have not synced is not ready, and says why', async () => {
-  const res = await waitFor(async () => {
-    const r = await get(readyz);
-    return r?.body.includes('not synced') ? r : undefined;
-  }, 30_000, 'the watcher to lead with its Policy list held back');
+  const res = await waitFor(
+    async () => {
+      const r = await get(readyz);
+      return r?.body.includes('not synced') ? r : undefined;
+    },
+    30_000,
+    'the watcher to lead with its Policy list held back',
+  );
   assert.equal(res.status, 503);
   // Still not ready a moment later: nothing but the held list stands in the way.
   await new Promise((r) => setTimeout(r, 1000));
@@ -52,23 +67,35 @@ test('a leading watcher whose informers have not synced is not ready, and says w
 
 test('once the informers have synced and Redis answers, it is ready', async () => {
   proxy.release();
-  const res = await waitFor(async () => {
-    const r = await get(readyz);
-    return r?.status === 200 ? r : undefined;
-  }, 20_000, '/readyz 200');
+  const res = await waitFor(
+    async () => {
+      const r = await get(readyz);
+      return r?.status === 200 ? r : undefined;
+    },
+    20_000,
+    '/readyz 200',
+  );
   assert.match(res.body, /informers synced/);
 });
 
 test('with Redis stopped it is not ready (and still alive); with Redis back, ready again', async () => {
   await redis.stop();
-  const down = await waitFor(async () => {
-    const r = await get(readyz);
-    return r?.status === 503 ? r : undefined;
-  }, 15_000, '/readyz 503 without Redis');
+  const down = await waitFor(
+    async () => {
+      const r = await get(readyz);
+      return r?.status === 503 ? r : undefined;
+    },
+    15_000,
+    '/readyz 503 without Redis',
+  );
   assert.match(down.body, /Redis/);
   assert.equal((await get(readyz.replace('readyz', 'healthz')))?.status, 200);
   await redis.start();
-  await waitFor(async () => (await get(readyz))?.status === 200, 30_000, '/readyz 200 once Redis is back');
+  await waitFor(
+    async () => (await get(readyz))?.status === 200,
+    30_000,
+    '/readyz 200 once Redis is back',
+  );
 });
 
 test('SIGTERM: rollcall run exits 0, promptly', async () => {

@@ -2,7 +2,12 @@
 // can hold back one kind of request, and polling an HTTP endpoint.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
-import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer as createHttpServer,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import { request as httpsRequest, type RequestOptions } from 'node:https';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -27,14 +32,31 @@ export class TestRedis {
     return `redis://127.0.0.1:${this.port}`;
   }
   async start(): Promise<void> {
-    this.child = spawn('redis-server', ['--port', String(this.port), '--save', '', '--appendonly', 'no', '--maxmemory-policy', 'noeviction'], { stdio: 'ignore' });
-    await waitFor(async () => {
-      const { connect } = await import('node:net');
-      return new Promise<boolean>((resolve) => {
-        const s = connect(this.port, '127.0.0.1', () => (s.destroy(), resolve(true)));
-        s.on('error', () => resolve(false));
-      });
-    }, 10_000, 'redis-server to listen');
+    this.child = spawn(
+      'redis-server',
+      [
+        '--port',
+        String(this.port),
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--maxmemory-policy',
+        'noeviction',
+      ],
+      { stdio: 'ignore' },
+    );
+    await waitFor(
+      async () => {
+        const { connect } = await import('node:net');
+        return new Promise<boolean>((resolve) => {
+          const s = connect(this.port, '127.0.0.1', () => (s.destroy(), resolve(true)));
+          s.on('error', () => resolve(false));
+        });
+      },
+      10_000,
+      'redis-server to listen',
+    );
   }
   async stop(): Promise<void> {
     const child = this.child;
@@ -58,9 +80,16 @@ export class HoldingProxy {
     const target = new URL(kc.getCurrentCluster()!.server);
     this.server = createHttpServer((req: IncomingMessage, res: ServerResponse) => {
       const url = new URL(req.url ?? '/', 'http://proxy');
-      const held = !this.released && url.pathname === heldPath && url.searchParams.get('watch') !== 'true';
+      const held =
+        !this.released && url.pathname === heldPath && url.searchParams.get('watch') !== 'true';
       const forward = async () => {
-        const opts: RequestOptions = { hostname: target.hostname, port: target.port, path: req.url, method: req.method, headers: { ...req.headers, host: target.host } };
+        const opts: RequestOptions = {
+          hostname: target.hostname,
+          port: target.port,
+          path: req.url,
+          method: req.method,
+          headers: { ...req.headers, host: target.host },
+        };
         await kc.applyToHTTPSOptions(opts);
         const upstream = httpsRequest(opts, (up) => {
           res.writeHead(up.statusCode ?? 502, up.headers);
@@ -93,7 +122,9 @@ export class HoldingProxy {
       JSON.stringify({
         apiVersion: 'v1',
         kind: 'Config',
-        clusters: [{ name: 'proxy', cluster: { server: this.url, 'insecure-skip-tls-verify': true } }],
+        clusters: [
+          { name: 'proxy', cluster: { server: this.url, 'insecure-skip-tls-verify': true } },
+        ],
         users: [{ name: 'proxy', user: {} }],
         contexts: [{ name: 'proxy', context: { cluster: 'proxy', user: 'proxy' } }],
         'current-context': 'proxy',
@@ -113,18 +144,26 @@ export class HoldingProxy {
   }
 }
 
-export async function waitFor<T>(probe: () => Promise<T | undefined | false>, timeoutMs: number, what: string): Promise<T> {
+export async function waitFor<T>(
+  probe: () => Promise<T | undefined | false>,
+  timeoutMs: number,
+  what: string,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await probe().catch(() => undefined);
     if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await sleep(200);
   }
 }
 
 /** GET url; resolves to status and body, or undefined when nothing answers. */
-export async function get(url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string } | undefined> {
+export async function get(
+  url: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: string } | undefined> {
   try {
     const res = await fetch(url, { headers, signal: AbortSignal.timeout(5000) });
     return { status: res.status, body: await res.text() };

@@ -14,7 +14,13 @@ import { repoRoot } from '../../../cluster/paths.ts';
 import type { Policy } from '../../../api/v1alpha1.ts';
 import { installCrds } from '../../../roles/install-crds.ts';
 import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
-import { deleteRollcallObjects, ensureNamespace, startRollcall, testDb, type RollcallProcess } from '../../support/rollcall.ts';
+import {
+  deleteRollcallObjects,
+  ensureNamespace,
+  startRollcall,
+  testDb,
+  type RollcallProcess,
+} from '../../support/rollcall.ts';
 import { parsePrometheusText, sumOf, type MetricFamily } from './prom-text.ts';
 import { freePort, get, waitFor } from './support.ts';
 
@@ -25,16 +31,31 @@ const server = uniqueName('ops').slice(0, 40);
 const failMessage = 'module download failed: 404 from the registry';
 
 type Obj = KubernetesObject & Record<string, unknown>;
-const apply = (...objects: Obj[]) => kubectl(testCluster(), ['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
+const apply = (...objects: Obj[]) =>
+  kubectl(testCluster(), ['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
 const policy = (name: string, module: string, settings: Record<string, unknown> = {}): Obj => ({
   apiVersion: 'rollcall.dev/v1alpha1',
   kind: 'Policy',
   metadata: { name },
-  spec: { policyServer: server, module, settings, rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] }] },
+  spec: {
+    policyServer: server,
+    module,
+    settings,
+    rules: [
+      { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] },
+    ],
+  },
 });
 const waitPolicy = (name: string, done: (p: Policy) => boolean) =>
-  watchUntil<Policy & KubernetesObject>(kc, '/apis/rollcall.dev/v1alpha1/policies', (p) => done(p), { fieldSelector: `metadata.name=${name}`, timeoutMs: 45_000 });
-const conditionTrue = (p: Policy, type: string) => p.status?.observedGeneration === p.metadata.generation && p.status?.conditions?.some((c) => c.type === type && c.status === 'True');
+  watchUntil<Policy & KubernetesObject>(
+    kc,
+    '/apis/rollcall.dev/v1alpha1/policies',
+    (p) => done(p),
+    { fieldSelector: `metadata.name=${name}`, timeoutMs: 45_000 },
+  );
+const conditionTrue = (p: Policy, type: string) =>
+  p.status?.observedGeneration === p.metadata.generation &&
+  p.status?.conditions?.some((c) => c.type === type && c.status === 'True');
 
 let base: string;
 let rollcall: RollcallProcess;
@@ -53,10 +74,32 @@ before(async () => {
   const port = await freePort();
   base = `http://127.0.0.1:${port}`;
   const db = testDb();
-  rollcall = startRollcall('ops-run', ['run', '--namespace', namespace, '--port', String(port), '--ui-credentials', 'admin:secret', '--install-crds'], { db });
+  rollcall = startRollcall(
+    'ops-run',
+    [
+      'run',
+      '--namespace',
+      namespace,
+      '--port',
+      String(port),
+      '--ui-credentials',
+      'admin:secret',
+      '--install-crds',
+    ],
+    { db },
+  );
   sim = startRollcall('ops-sim', ['sim', '--namespace', namespace], { db });
-  apply({ apiVersion: 'rollcall.dev/v1alpha1', kind: 'PolicyServer', metadata: { name: server }, spec: { image: 'sim://policy-server', replicas: 2 } });
-  await waitFor(async () => (await get(`${base}/readyz`))?.status === 200, 30_000, 'rollcall to be ready');
+  apply({
+    apiVersion: 'rollcall.dev/v1alpha1',
+    kind: 'PolicyServer',
+    metadata: { name: server },
+    spec: { image: 'sim://policy-server', replicas: 2 },
+  });
+  await waitFor(
+    async () => (await get(`${base}/readyz`))?.status === 200,
+    30_000,
+    'rollcall to be ready',
+  );
 });
 
 after(async () => {
@@ -85,23 +128,52 @@ describe('/metrics', () => {
     ])
       assert.ok(before.has(family), `${family} missing`);
     assert.equal(sumOf(before, 'rollcall_watcher_leader'), 1);
-    assert.ok(sumOf(before, 'rollcall_watch_relists_total', { resource: 'policy', reason: 'initial' }) >= 1);
+    assert.ok(
+      sumOf(before, 'rollcall_watch_relists_total', { resource: 'policy', reason: 'initial' }) >= 1,
+    );
 
     // A spec change (new generation) of a Ready policy, then a failing one.
     apply(policy('ops-good', 'sim://ok', { bump: 1 }));
-    await waitPolicy('ops-good', (p) => p.metadata.generation === 2 && Boolean(conditionTrue(p, 'Ready')));
+    await waitPolicy(
+      'ops-good',
+      (p) => p.metadata.generation === 2 && Boolean(conditionTrue(p, 'Ready')),
+    );
     apply(policy('ops-bad', `sim://fail?message=${encodeURIComponent(failMessage)}`));
-    await waitPolicy('ops-bad', (p) => Boolean(conditionTrue(p, 'Stalled')) && (p.status?.failures?.length ?? 0) > 0);
+    await waitPolicy(
+      'ops-bad',
+      (p) => Boolean(conditionTrue(p, 'Stalled')) && (p.status?.failures?.length ?? 0) > 0,
+    );
     const after = await scrape();
 
-    const moved = (name: string, labels: Record<string, string> = {}) => sumOf(after, name, labels) - sumOf(before, name, labels);
-    assert.ok(moved('rollcall_queue_runs_total', { function: 'policy', outcome: 'done' }) >= 2, 'policy runs');
-    assert.ok(moved('rollcall_queue_run_duration_seconds_count', { function: 'policy' }) >= 2, 'run durations');
+    const moved = (name: string, labels: Record<string, string> = {}) =>
+      sumOf(after, name, labels) - sumOf(before, name, labels);
+    assert.ok(
+      moved('rollcall_queue_runs_total', { function: 'policy', outcome: 'done' }) >= 2,
+      'policy runs',
+    );
+    assert.ok(
+      moved('rollcall_queue_run_duration_seconds_count', { function: 'policy' }) >= 2,
+      'run durations',
+    );
     assert.ok(moved('rollcall_queue_adds_total', { function: 'policy' }) >= 2, 'adds');
-    assert.ok(moved('rollcall_kube_requests_total', { verb: 'patch', code: '200' }) >= 2, 'status patches');
-    assert.ok(moved('rollcall_kube_requests_total', { verb: 'create', code: '201' }) + moved('rollcall_kube_requests_total', { verb: 'create', code: '200' }) >= 1, 'Events');
-    assert.ok(moved('rollcall_policy_status_latency_seconds_count') >= 2, 'convergence latency observed');
-    assert.ok(moved('rollcall_watch_events_total', { resource: 'policy', type: 'MODIFIED' }) >= 2, 'watch events');
+    assert.ok(
+      moved('rollcall_kube_requests_total', { verb: 'patch', code: '200' }) >= 2,
+      'status patches',
+    );
+    assert.ok(
+      moved('rollcall_kube_requests_total', { verb: 'create', code: '201' }) +
+        moved('rollcall_kube_requests_total', { verb: 'create', code: '200' }) >=
+        1,
+      'Events',
+    );
+    assert.ok(
+      moved('rollcall_policy_status_latency_seconds_count') >= 2,
+      'convergence latency observed',
+    );
+    assert.ok(
+      moved('rollcall_watch_events_total', { resource: 'policy', type: 'MODIFIED' }) >= 2,
+      'watch events',
+    );
   });
 });
 
@@ -110,7 +182,16 @@ describe('the UIs in a browser', () => {
   before(async () => {
     browser = await chromium.launch({
       executablePath: '/usr/bin/chromium',
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
       // playwright gives every launch a fresh temporary profile (it refuses --user-data-dir here).
     });
   });
@@ -129,7 +210,10 @@ describe('the UIs in a browser', () => {
   });
 
   test('/queues lists the reconcile queue with credentials', async () => {
-    const context = await browser.newContext({ httpCredentials: { username: 'admin', password: 'secret' }, viewport: { width: 1280, height: 800 } });
+    const context = await browser.newContext({
+      httpCredentials: { username: 'admin', password: 'secret' },
+      viewport: { width: 1280, height: 800 },
+    });
     const page = await context.newPage();
     const res = await page.goto(`${base}/queues`);
     assert.equal(res?.status(), 200);
@@ -140,7 +224,10 @@ describe('the UIs in a browser', () => {
 
   test('/ shows the failing policy’s replicas and message', async () => {
     await waitPolicy('ops-bad', (p) => Boolean(conditionTrue(p, 'Stalled')));
-    const context = await browser.newContext({ httpCredentials: { username: 'admin', password: 'secret' }, viewport: { width: 1280, height: 800 } });
+    const context = await browser.newContext({
+      httpCredentials: { username: 'admin', password: 'secret' },
+      viewport: { width: 1280, height: 800 },
+    });
     const page = await context.newPage();
     const res = await page.goto(`${base}/`);
     assert.equal(res?.status(), 200);
@@ -149,8 +236,14 @@ describe('the UIs in a browser', () => {
     assert.equal(await row.locator('td[data-state="Failed"]').count(), 2, 'both replicas failed');
     assert.match(await row.innerText(), /module download failed: 404 from the registry/);
     assert.match(await row.innerText(), /Stalled/);
-    assert.match(await page.locator(`section[data-server="${server}"] thead`).innerText(), new RegExp(`policy-server-${server}`));
-    assert.equal(await page.locator('tr[data-policy="ops-good"] td[data-state="Loaded"]').count(), 2);
+    assert.match(
+      await page.locator(`section[data-server="${server}"] thead`).innerText(),
+      new RegExp(`policy-server-${server}`),
+    );
+    assert.equal(
+      await page.locator('tr[data-policy="ops-good"] td[data-state="Loaded"]').count(),
+      2,
+    );
     assert.equal(await page.locator('meta[http-equiv="refresh"]').count(), 1);
     await page.screenshot({ path: join(artifacts, 'status.png'), fullPage: true });
     await context.close();

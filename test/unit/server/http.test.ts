@@ -7,7 +7,12 @@ import { createLogger, readiness } from '../../../roles/roles.ts';
 import { createApp, type Readiness } from '../../../server/http.ts';
 
 const app = (ready: () => Promise<Readiness>, readyTimeoutMs?: number) =>
-  createApp({ registry: new Registry(), logger: pino({ level: 'silent' }), ready, ...(readyTimeoutMs ? { readyTimeoutMs } : {}) });
+  createApp({
+    registry: new Registry(),
+    logger: pino({ level: 'silent' }),
+    ready,
+    ...(readyTimeoutMs ? { readyTimeoutMs } : {}),
+  });
 
 test('/healthz answers while the process lives, whatever its dependencies do', async () => {
   const res = await app(async () => ({ ready: false, detail: 'x' })).request('/healthz');
@@ -15,20 +20,31 @@ test('/healthz answers while the process lives, whatever its dependencies do', a
 });
 
 test('/readyz is 200 with the reason when ready, 503 when not, and 503 when the check hangs or throws', async () => {
-  assert.equal((await app(async () => ({ ready: true, detail: 'fine' })).request('/readyz')).status, 200);
-  const no = await app(async () => ({ ready: false, detail: 'Redis does not answer' })).request('/readyz');
+  assert.equal(
+    (await app(async () => ({ ready: true, detail: 'fine' })).request('/readyz')).status,
+    200,
+  );
+  const no = await app(async () => ({ ready: false, detail: 'Redis does not answer' })).request(
+    '/readyz',
+  );
   assert.equal(no.status, 503);
   assert.match(await no.text(), /Redis does not answer/);
   const hung = await app(() => new Promise(() => {}), 50).request('/readyz');
   assert.equal(hung.status, 503);
   assert.match(await hung.text(), /took over 50 ms/);
-  assert.equal((await app(async () => Promise.reject(new Error('x'))).request('/readyz')).status, 503);
+  assert.equal(
+    (await app(async () => Promise.reject(new Error('x'))).request('/readyz')).status,
+    503,
+  );
 });
 
 test('readiness per role: Redis must answer; a leading watcher must have synced; a standby is ready', async () => {
   const pong = async () => 'PONG';
   const down = async () => Promise.reject(new Error('Connection is closed.'));
-  const watcher = (isLeader: boolean, isReady: boolean) => ({ isLeader: () => isLeader, isReady: () => isReady });
+  const watcher = (isLeader: boolean, isReady: boolean) => ({
+    isLeader: () => isLeader,
+    isReady: () => isReady,
+  });
   assert.deepEqual(await readiness(pong, undefined), { ready: true, detail: 'Redis answers' });
   assert.equal((await readiness(down, undefined)).ready, false);
   assert.equal((await readiness(pong, watcher(true, false))).ready, false);
@@ -41,8 +57,16 @@ test('the logger censors credentials wherever they appear', () => {
   const lines: string[] = [];
   const sink = new Writable({ write: (chunk, _enc, done) => (lines.push(String(chunk)), done()) });
   const logger = createLogger('info', sink);
-  logger.info({ config: { uiCredentials: 'admin:secret', redisUrl: 'redis://:pw@h' }, req: { headers: { authorization: 'Basic abc' } }, token: 't' }, 'x');
+  logger.info(
+    {
+      config: { uiCredentials: 'admin:secret', redisUrl: 'redis://:pw@h' },
+      req: { headers: { authorization: 'Basic abc' } },
+      token: 't',
+    },
+    'x',
+  );
   const out = lines.join('');
-  for (const secret of ['admin:secret', ':pw@', 'Basic abc', '"t"']) assert.ok(!out.includes(secret), `${secret} leaked: ${out}`);
+  for (const secret of ['admin:secret', ':pw@', 'Basic abc', '"t"'])
+    assert.ok(!out.includes(secret), `${secret} leaked: ${out}`);
   assert.match(out, /\[redacted\]/);
 });

@@ -5,9 +5,19 @@ import { parsePrometheusText, sumOf } from '../../integration/ops/prom-text.ts';
 
 test('the text parser reads what prom-client writes: counters with escaped labels and histograms', async () => {
   const registry = new Registry();
-  const c = new Counter({ name: 'x_total', help: 'a counter', labelNames: ['verb', 'code'], registers: [registry] });
+  const c = new Counter({
+    name: 'x_total',
+    help: 'a counter',
+    labelNames: ['verb', 'code'],
+    registers: [registry],
+  });
   c.inc({ verb: 'pa"tch\\', code: '200' }, 2);
-  const h = new Histogram({ name: 'lat_seconds', help: 'h', buckets: [1, 5], registers: [registry] });
+  const h = new Histogram({
+    name: 'lat_seconds',
+    help: 'h',
+    buckets: [1, 5],
+    registers: [registry],
+  });
   h.observe(3);
   const families = parsePrometheusText(await registry.metrics());
   assert.equal(families.get('x_total')?.type, 'counter');
