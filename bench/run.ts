@@ -33,7 +33,16 @@ import {
 
 const quick = process.argv.includes('--quick');
 const keepCluster = process.argv.includes('--keep-cluster');
-const size = quick ? { flips: 20, latPolicies: 100, storm: 200, memPods: 1000, memPolicies: 500 } : { flips: 200, latPolicies: 100, storm: 1000, memPods: 10_000, memPolicies: 5000 };
+const defaults = quick ? { flips: 12, latPolicies: 100, storm: 200, memPods: 500, memPolicies: 300 } : { flips: 200, latPolicies: 100, storm: 1000, memPods: 10_000, memPolicies: 5000 };
+// BENCH_FLIPS, BENCH_STORM, BENCH_MEM_PODS, BENCH_MEM_POLICIES override a mode's sizes.
+const sizeFrom = (env: string, fallback: number) => (process.env[env] ? Number(process.env[env]) : fallback);
+const size = {
+  ...defaults,
+  flips: sizeFrom('BENCH_FLIPS', defaults.flips),
+  storm: sizeFrom('BENCH_STORM', defaults.storm),
+  memPods: sizeFrom('BENCH_MEM_PODS', defaults.memPods),
+  memPolicies: sizeFrom('BENCH_MEM_POLICIES', defaults.memPolicies),
+};
 const namespace = 'rollcall-bench';
 /** rollcall's default --concurrency; the floor and the poller write with it too. */
 const concurrency = 8;
@@ -408,7 +417,7 @@ try {
   const poller = await startProcess('poller-mem', 'bench/poller.ts', [namespace], { KUBECONFIG: proxy.kubeconfig });
   running.add(poller);
   const pollerPeak = rssSampler(() => [poller.child.pid]);
-  await sleep(quick ? 6000 : 15_000);
+  await sleep(quick ? 4000 : 10_000);
   const pollerMiB = pollerPeak.stop();
   await stopAll([poller]);
   results.memory = { pods: size.memPods, policies: size.memPolicies + latNames.length + stormNames.length, idle, loaded, pollerPeakMiB: pollerMiB };
