@@ -273,13 +273,13 @@ async function preferredPort(port: number, host: string): Promise<number> {
 function startChild(name: string, logDir: string, args: string[]): Child {
   mkdirSync(logDir, { recursive: true });
   const log = join(logDir, `${name}.log`);
-  const fd = openSync(log, 'a');
+  const fd = openSync(log, 'w'); // this run's log only, so a crash shows its own tail
   // Its own process group: Ctrl-C reaches only the demo, which stops the children in order.
   const child = spawn(process.execPath, [join(repoRoot, 'cli', 'rollcall.ts'), ...args], { cwd: repoRoot, stdio: ['ignore', fd, fd], detached: true });
   closeSync(fd);
   const died = new Promise<never>((_, reject) =>
     child.once('exit', (code, signal) => {
-      const tail = readFileSync(log, 'utf8').trimEnd().split('\n').slice(-15).join('\n');
+      const tail = readFileSync(log, 'utf8').trimEnd().split('\n').slice(-8).join('\n');
       reject(new Error(`${name} exited (${signal ?? `code ${code}`}); the end of ${log}:\n${tail}`));
     }),
   );
