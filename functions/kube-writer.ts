@@ -71,10 +71,16 @@ export class KubeWriter {
   }
 
   /** Merge-patches the status subresource of a cluster-scoped rollcall object. */
-  patchStatus(plural: 'policies' | 'policyservers', name: string, status: unknown): Promise<unknown> {
+  /**
+   * Replaces the status of a cluster-scoped rollcall object with `status`. A merge patch keeps
+   * fields it does not mention, so fields of `previous` that `status` lacks (another writer's,
+   * or a served generation that ended) are removed explicitly with null.
+   */
+  patchStatus(plural: 'policies' | 'policyservers', name: string, status: object, previous: object | undefined): Promise<unknown> {
+    const removed = Object.fromEntries(Object.keys(previous ?? {}).filter((k) => !(k in status)).map((k) => [k, null]));
     return this.write('patch', () =>
       this.custom.patchClusterCustomObjectStatus(
-        { group: GROUP, version: VERSION, plural, name, body: { status } },
+        { group: GROUP, version: VERSION, plural, name, body: { status: { ...removed, ...status } } },
         setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
       ),
     );

@@ -44,7 +44,7 @@ export const policyServer: ReconcileFunction = {
       await ctx.kube.apply(deployment);
     }
     if (!isDeepStrictEqual(plan.status, server.status)) {
-      await ctx.kube.patchStatus('policyservers', name, plan.status);
+      await ctx.kube.patchStatus('policyservers', name, plan.status, server.status);
       ctx.log.info({ summary: plan.status.summary, ready: plan.status.ready }, 'policy server status written');
     }
     return done();
