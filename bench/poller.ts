@@ -3,8 +3,19 @@
 // (status and Events, with the same client and write concurrency as rollcall). It writes no
 // webhooks. Usage: node bench/poller.ts NAMESPACE (KUBECONFIG from the environment).
 import { isDeepStrictEqual } from 'node:util';
-import { AdmissionregistrationV1Api, AppsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { API_VERSION, MANAGED_BY, MANAGED_BY_LABEL, POLICY_SERVER_LABEL } from '../api/constants.ts';
+import {
+  AdmissionregistrationV1Api,
+  AppsV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  KubeConfig,
+} from '@kubernetes/client-node';
+import {
+  API_VERSION,
+  MANAGED_BY,
+  MANAGED_BY_LABEL,
+  POLICY_SERVER_LABEL,
+} from '../api/constants.ts';
 import type { Deployment, Pod, ReplicaSet } from '../api/kube.ts';
 import type { Policy, PolicyServer } from '../api/v1alpha1.ts';
 import { KubeWriter } from '../functions/kube-writer.ts';
@@ -21,7 +32,14 @@ const apps = kc.makeApiClient(AppsV1Api);
 const core = kc.makeApiClient(CoreV1Api);
 const admission = kc.makeApiClient(AdmissionregistrationV1Api);
 const writer = new KubeWriter(kc, async () => {});
-const listCustom = async <T>(plural: string) => ((await custom.listClusterCustomObject({ group: 'rollcall.dev', version: 'v1alpha1', plural })) as { items: T[] }).items;
+const listCustom = async <T>(plural: string) =>
+  (
+    (await custom.listClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural,
+    })) as { items: T[] }
+  ).items;
 
 let stopping = false;
 process.on('SIGTERM', () => (stopping = true));
@@ -33,10 +51,14 @@ async function pass(): Promise<void> {
     apps.listNamespacedDeployment({ namespace, labelSelector: POLICY_SERVER_LABEL }),
     apps.listNamespacedReplicaSet({ namespace, labelSelector: POLICY_SERVER_LABEL }),
     core.listNamespacedPod({ namespace, labelSelector: POLICY_SERVER_LABEL }),
-    admission.listValidatingWebhookConfiguration({ labelSelector: `${MANAGED_BY_LABEL}=${MANAGED_BY}` }),
+    admission.listValidatingWebhookConfiguration({
+      labelSelector: `${MANAGED_BY_LABEL}=${MANAGED_BY}`,
+    }),
   ]);
   const serverByName = new Map(servers.map((s) => [s.metadata.name, s]));
-  const deploymentByName = new Map(deployments.items.map((d) => [d.metadata?.name, d as Deployment]));
+  const deploymentByName = new Map(
+    deployments.items.map((d) => [d.metadata?.name, d as Deployment]),
+  );
   const webhookByName = new Map(webhooks.items.map((w) => [w.metadata?.name, w]));
   const podsByServer = new Map<string, Pod[]>();
   for (const pod of pods.items) {
@@ -51,13 +73,24 @@ async function pass(): Promise<void> {
       deployment: deploymentByName.get(policyServerResourceName(server)),
       replicaSets: replicaSets.items as ReplicaSet[],
       pods: podsByServer.get(server) ?? [],
-      servedGeneration: servedGenerationOf(webhookByName.get(webhookConfigurationName(policy.metadata.name)), policy),
+      servedGeneration: servedGenerationOf(
+        webhookByName.get(webhookConfigurationName(policy.metadata.name)),
+        policy,
+      ),
       now: new Date(),
     });
     if (isDeepStrictEqual(decision.status, policy.status)) return;
-    await writer.patchStatus('policies', policy.metadata.name, decision.status).catch(() => {});
-    const regarding = { apiVersion: API_VERSION, kind: 'Policy', name: policy.metadata.name, uid: policy.metadata.uid };
-    for (const event of decision.events) await writer.event(regarding, event, new Date()).catch(() => {});
+    await writer
+      .patchStatus('policies', policy.metadata.name, decision.status, policy.status)
+      .catch(() => {});
+    const regarding = {
+      apiVersion: API_VERSION,
+      kind: 'Policy',
+      name: policy.metadata.name,
+      uid: policy.metadata.uid,
+    };
+    for (const event of decision.events)
+      await writer.event(regarding, event, new Date()).catch(() => {});
   });
 }
 

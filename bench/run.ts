@@ -7,7 +7,15 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { AppsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, PatchStrategy, setHeaderOptions, type V1Pod } from '@kubernetes/client-node';
+import {
+  AppsV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  KubeConfig,
+  PatchStrategy,
+  setHeaderOptions,
+  type V1Pod,
+} from '@kubernetes/client-node';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION, REPORT_MAX_BYTES } from '../api/constants.ts';
 import type { Policy } from '../api/v1alpha1.ts';
 import { down, up } from '../cluster/cluster.ts';
@@ -33,9 +41,12 @@ import {
 
 const quick = process.argv.includes('--quick');
 const keepCluster = process.argv.includes('--keep-cluster');
-const defaults = quick ? { flips: 12, latPolicies: 100, storm: 200, memPods: 500, memPolicies: 300 } : { flips: 200, latPolicies: 100, storm: 1000, memPods: 10_000, memPolicies: 5000 };
+const defaults = quick
+  ? { flips: 12, latPolicies: 100, storm: 200, memPods: 500, memPolicies: 300 }
+  : { flips: 200, latPolicies: 100, storm: 1000, memPods: 10_000, memPolicies: 5000 };
 // BENCH_FLIPS, BENCH_STORM, BENCH_MEM_PODS, BENCH_MEM_POLICIES override a mode's sizes.
-const sizeFrom = (env: string, fallback: number) => (process.env[env] ? Number(process.env[env]) : fallback);
+const sizeFrom = (env: string, fallback: number) =>
+  process.env[env] ? Number(process.env[env]) : fallback;
 const size = {
   ...defaults,
   flips: sizeFrom('BENCH_FLIPS', defaults.flips),
@@ -46,7 +57,8 @@ const size = {
 const namespace = 'rollcall-bench';
 /** rollcall's default --concurrency; the floor and the poller write with it too. */
 const concurrency = 8;
-const log = (line: string) => console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${line}`);
+const log = (line: string) =>
+  console.error(`[bench ${new Date().toISOString().slice(11, 19)}] ${line}`);
 const group = 'rollcall.dev';
 const version = 'v1alpha1';
 const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
@@ -63,39 +75,67 @@ const recorder = new PolicyRecorder(kc);
 const running = new Set<Proc>();
 const results: Record<string, unknown> = { quick, size, concurrency };
 
-async function teardown(): Promise<void> {
-  recorder.stop();
-  await Promise.all([...running].map((p) => p.stop()));
-  proxy.close();
-  await redis.stop();
-  if (!keepCluster) await down(benchDir, () => {});
+let stopping: Promise<void> | undefined;
+function teardown(): Promise<void> {
+  stopping ??= (async () => {
+    recorder.stop();
+    await Promise.all([...running].map((p) => p.stop()));
+    proxy.close();
+    await redis.stop();
+    if (!keepCluster) await down(benchDir, () => {});
+  })();
+  return stopping;
 }
 
 // ---------------------------------------------------------------- the data plane, played by the bench
 
 let dataPlaneWrites = 0;
-const latNames = Array.from({ length: size.latPolicies }, (_, i) => `lat-${String(i).padStart(3, '0')}`);
+const latNames = Array.from(
+  { length: size.latPolicies },
+  (_, i) => `lat-${String(i).padStart(3, '0')}`,
+);
 const stormNames = Array.from({ length: size.storm }, (_, i) => `s${String(i).padStart(4, '0')}`);
-const memNames = Array.from({ length: size.memPolicies }, (_, i) => `m${String(i).padStart(4, '0')}`);
+const memNames = Array.from(
+  { length: size.memPolicies },
+  (_, i) => `m${String(i).padStart(4, '0')}`,
+);
 const generation = { lat: 1, storm: 1 };
 
 /** A replica report; short keys and messages keep 1,000 policies under the 64 KiB limit. */
-function report(names: readonly string[], gen: number, state: string, override: Record<string, object> = {}): string {
-  const entries = Object.fromEntries(names.map((n) => [n, override[n] ?? { generation: gen, state }]));
+function report(
+  names: readonly string[],
+  gen: number,
+  state: string,
+  override: Record<string, object> = {},
+): string {
+  const entries = Object.fromEntries(
+    names.map((n) => [n, override[n] ?? { generation: gen, state }]),
+  );
   const json = JSON.stringify(entries);
-  if (Buffer.byteLength(json) > REPORT_MAX_BYTES) throw new Error(`report of ${names.length} policies is ${Buffer.byteLength(json)} bytes, over 64 KiB`);
+  if (Buffer.byteLength(json) > REPORT_MAX_BYTES)
+    throw new Error(
+      `report of ${names.length} policies is ${Buffer.byteLength(json)} bytes, over 64 KiB`,
+    );
   return json;
 }
 
 async function writeReport(pod: string, json: string): Promise<void> {
   dataPlaneWrites++;
-  await core.patchNamespacedPod({ name: pod, namespace, body: { metadata: { annotations: { [REPORT_ANNOTATION]: json } } } }, mergePatch);
+  await core.patchNamespacedPod(
+    { name: pod, namespace, body: { metadata: { annotations: { [REPORT_ANNOTATION]: json } } } },
+    mergePatch,
+  );
 }
 
-const isReady = (pod: V1Pod) => !pod.metadata?.deletionTimestamp && (pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false);
+const isReady = (pod: V1Pod) =>
+  !pod.metadata?.deletionTimestamp &&
+  (pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false);
 
 async function podsOf(server: string): Promise<V1Pod[]> {
-  const list = await core.listNamespacedPod({ namespace, labelSelector: `${POLICY_SERVER_LABEL}=${server}` });
+  const list = await core.listNamespacedPod({
+    namespace,
+    labelSelector: `${POLICY_SERVER_LABEL}=${server}`,
+  });
   return list.items.sort((a, b) => (a.metadata!.name! < b.metadata!.name! ? -1 : 1));
 }
 
@@ -105,26 +145,40 @@ async function readyPods(server: string, want: number, timeoutMs = 120_000): Pro
     const pods = await podsOf(server);
     const ready = pods.filter(isReady).map((p) => p.metadata!.name!);
     if (ready.length === want && pods.length === want) return ready;
-    if (Date.now() > end) throw new Error(`server ${server}: ${ready.length}/${want} ready pods after ${timeoutMs} ms`);
+    if (Date.now() > end)
+      throw new Error(`server ${server}: ${ready.length}/${want} ready pods after ${timeoutMs} ms`);
     await sleep(100);
   }
 }
 
 /** Every replica of both servers reports every policy Loaded at the current generation. */
 async function heal(): Promise<void> {
-  for (const [server, names, gen] of [['lat', latNames, generation.lat], ['storm', stormNames, generation.storm]] as const) {
-    for (const pod of await readyPods(server, 3)) await writeReport(pod, report(names, gen, 'Loaded'));
+  for (const [server, names, gen] of [
+    ['lat', latNames, generation.lat],
+    ['storm', stormNames, generation.storm],
+  ] as const) {
+    for (const pod of await readyPods(server, 3))
+      await writeReport(pod, report(names, gen, 'Loaded'));
   }
 }
 
-const policyOk = (p: Policy | undefined, gen: number) => p?.status?.observedGeneration === gen && p.status.summary === 'Ready' && p.status.readyReplicas === 3;
-const allHealthy = () => latNames.every((n) => policyOk(recorder.latest.get(n), generation.lat)) && stormNames.every((n) => policyOk(recorder.latest.get(n), generation.storm));
+const policyOk = (p: Policy | undefined, gen: number) =>
+  p?.status?.observedGeneration === gen &&
+  p.status.summary === 'Ready' &&
+  p.status.readyReplicas === 3;
+const allHealthy = () =>
+  latNames.every((n) => policyOk(recorder.latest.get(n), generation.lat)) &&
+  stormNames.every((n) => policyOk(recorder.latest.get(n), generation.storm));
 
 const policyBody = (name: string, server: string) => ({
   apiVersion: `${group}/${version}`,
   kind: 'Policy',
   metadata: { name },
-  spec: { policyServer: server, module: 'sim://ok', rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }] },
+  spec: {
+    policyServer: server,
+    module: 'sim://ok',
+    rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+  },
 });
 
 // ---------------------------------------------------------------- subjects
@@ -138,10 +192,18 @@ let db = 0;
 const rollcallSubject = (name: string, extra: string[]): Subject => ({
   name,
   async start() {
-    const p = await startRollcall(name, 'run', { namespace, redisUrl: `${redis.url}/${++db}`, kubeconfig: proxy.kubeconfig, extra: ['--install-crds', ...extra] });
+    const p = await startRollcall(name, 'run', {
+      namespace,
+      redisUrl: `${redis.url}/${++db}`,
+      kubeconfig: proxy.kubeconfig,
+      extra: ['--install-crds', ...extra],
+    });
     running.add(p);
     await waitHttpOk(p.port, '/readyz');
-    return { procs: [p], runs: () => metric(p.port, 'rollcall_queue_runs_total', { function: 'policy' }) };
+    return {
+      procs: [p],
+      runs: () => metric(p.port, 'rollcall_queue_runs_total', { function: 'policy' }),
+    };
   },
 });
 // The poller reports nothing about itself: its runs are its list passes (6 reads each, seen
@@ -149,12 +211,18 @@ const rollcallSubject = (name: string, extra: string[]): Subject => ({
 const pollerSubject: Subject = {
   name: 'polling',
   async start() {
-    const p = await startProcess('poller', 'bench/poller.ts', [namespace], { KUBECONFIG: proxy.kubeconfig });
+    const p = await startProcess('poller', 'bench/poller.ts', [namespace], {
+      KUBECONFIG: proxy.kubeconfig,
+    });
     running.add(p);
     return { procs: [p], runs: async () => (proxy.snapshot().reads / 6) * recorder.latest.size };
   },
 };
-const subjects = [rollcallSubject('rollcall', []), rollcallSubject('no-coalesce', ['--no-coalesce']), pollerSubject];
+const subjects = [
+  rollcallSubject('rollcall', []),
+  rollcallSubject('no-coalesce', ['--no-coalesce']),
+  pollerSubject,
+];
 
 interface Latency {
   p50: number;
@@ -175,11 +243,18 @@ async function latency(runs: () => Promise<number>): Promise<Latency> {
   for (let i = 0; i < size.flips; i++) {
     const failing = i % 2 === 0;
     const message = `flip ${i}`;
-    const json = report(latNames, generation.lat, 'Loaded', failing ? { [target]: { generation: generation.lat, state: 'Failed', message } } : {});
+    const json = report(
+      latNames,
+      generation.lat,
+      'Loaded',
+      failing ? { [target]: { generation: generation.lat, state: 'Failed', message } } : {},
+    );
     let seenAt = 0;
     const shown = () => {
       const s = recorder.latest.get(target)?.status;
-      const ok = failing ? (s?.failures?.some((f) => f.message === message) ?? false) : s?.summary === 'Ready' && s.failedReplicas === 0;
+      const ok = failing
+        ? (s?.failures?.some((f) => f.message === message) ?? false)
+        : s?.summary === 'Ready' && s.failedReplicas === 0;
       if (ok && seenAt === 0) seenAt = performance.now();
       return ok;
     };
@@ -228,7 +303,17 @@ async function storm(runs: () => Promise<number>): Promise<Storm> {
 
   // 1. Rolling replacement of every pod; each new pod reports Loading, then Loaded.
   await apps.patchNamespacedDeployment(
-    { name: 'policy-server-storm', namespace, body: { spec: { template: { metadata: { annotations: { 'bench.rollcall.dev/rollout': String(Date.now()) } } } } } },
+    {
+      name: 'policy-server-storm',
+      namespace,
+      body: {
+        spec: {
+          template: {
+            metadata: { annotations: { 'bench.rollcall.dev/rollout': String(Date.now()) } },
+          },
+        },
+      },
+    },
     mergePatch,
   );
   const reported = new Set<string>();
@@ -240,7 +325,11 @@ async function storm(runs: () => Promise<number>): Promise<Storm> {
       const name = pod.metadata!.name!;
       if (old.has(name) || reported.has(name)) continue;
       reported.add(name);
-      writes.push(writeReport(name, report(stormNames, generation.storm, 'Loading')).then(() => writeReport(name, report(stormNames, generation.storm, 'Loaded'))));
+      writes.push(
+        writeReport(name, report(stormNames, generation.storm, 'Loading')).then(() =>
+          writeReport(name, report(stormNames, generation.storm, 'Loaded')),
+        ),
+      );
     }
     if (reported.size >= 3 && pods.every((p) => !old.has(p.metadata!.name!))) break;
     if (Date.now() > end) throw new Error('rollout did not finish in 180 s');
@@ -250,19 +339,42 @@ async function storm(runs: () => Promise<number>): Promise<Storm> {
 
   // 2. A new generation of every policy, which fails on one replica.
   const gen = ++generation.storm;
-  await pool(stormNames, concurrency, (name) => custom.patchClusterCustomObject({ group, version, plural: 'policies', name, body: { spec: { settings: { bench: gen } } } }, mergePatch));
+  await pool(stormNames, concurrency, (name) =>
+    custom.patchClusterCustomObject(
+      { group, version, plural: 'policies', name, body: { spec: { settings: { bench: gen } } } },
+      mergePatch,
+    ),
+  );
   dataPlaneWrites += stormNames.length;
   const pods = await readyPods('storm', 3);
   const failedPod = pods[2]!;
   for (const pod of pods) await writeReport(pod, report(stormNames, gen, 'Loading'));
-  for (const pod of pods) await writeReport(pod, report(stormNames, gen, pod === failedPod ? 'Failed' : 'Loaded', pod === failedPod ? Object.fromEntries(stormNames.map((n) => [n, { generation: gen, state: 'Failed', message: 'x' }])) : {}));
+  for (const pod of pods)
+    await writeReport(
+      pod,
+      report(
+        stormNames,
+        gen,
+        pod === failedPod ? 'Failed' : 'Loaded',
+        pod === failedPod
+          ? Object.fromEntries(
+              stormNames.map((n) => [n, { generation: gen, state: 'Failed', message: 'x' }]),
+            )
+          : {},
+      ),
+    );
   const tData = performance.now();
 
   let tConverged = 0;
   const converged = () => {
     const ok = stormNames.every((n) => {
       const s = recorder.latest.get(n)?.status;
-      return s?.observedGeneration === gen && s.summary === 'Stalled' && s.readyReplicas === 2 && s.failures?.[0]?.pod === failedPod;
+      return (
+        s?.observedGeneration === gen &&
+        s.summary === 'Stalled' &&
+        s.readyReplicas === 2 &&
+        s.failures?.[0]?.pod === failedPod
+      );
     });
     if (ok && tConverged === 0) tConverged = performance.now();
     return ok;
@@ -293,25 +405,56 @@ async function storm(runs: () => Promise<number>): Promise<Storm> {
 
 async function createObjects(): Promise<void> {
   for (const server of ['lat', 'storm']) {
-    await custom.createClusterCustomObject({ group, version, plural: 'policyservers', body: { apiVersion: `${group}/${version}`, kind: 'PolicyServer', metadata: { name: server }, spec: { image: 'sim://policy-server', replicas: 3 } } });
+    await custom.createClusterCustomObject({
+      group,
+      version,
+      plural: 'policyservers',
+      body: {
+        apiVersion: `${group}/${version}`,
+        kind: 'PolicyServer',
+        metadata: { name: server },
+        spec: { image: 'sim://policy-server', replicas: 3 },
+      },
+    });
   }
-  await pool([...latNames.map((n) => [n, 'lat']), ...stormNames.map((n) => [n, 'storm'])], 16, ([n, s]) => custom.createClusterCustomObject({ group, version, plural: 'policies', body: policyBody(n!, s!) }));
-  log(`created ${latNames.length + stormNames.length} policies on servers lat and storm (3 replicas each)`);
-
+  await pool(
+    [...latNames.map((n) => [n, 'lat']), ...stormNames.map((n) => [n, 'storm'])],
+    16,
+    ([n, s]) =>
+      custom.createClusterCustomObject({
+        group,
+        version,
+        plural: 'policies',
+        body: policyBody(n!, s!),
+      }),
+  );
+  log(
+    `created ${latNames.length + stormNames.length} policies on servers lat and storm (3 replicas each)`,
+  );
 }
 
-for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => void teardown().finally(() => process.exit(130)));
+for (const sig of ['SIGINT', 'SIGTERM'] as const)
+  process.once(sig, () => void teardown().finally(() => process.exit(130)));
 
 try {
   log(`${quick ? 'quick' : 'full'} run: ${JSON.stringify(size)}`);
   await core.createNamespace({ body: { metadata: { name: namespace } } }).catch(() => {});
   await installCrds(kc, { info: () => {} });
-  for (const plural of ['policies', 'policyservers']) await custom.deleteCollectionClusterCustomObject({ group, version, plural });
-  await core.deleteCollectionNamespacedPod({ namespace, labelSelector: `${POLICY_SERVER_LABEL}=mem-pods` });
+  for (const plural of ['policies', 'policyservers'])
+    await custom.deleteCollectionClusterCustomObject({ group, version, plural });
+  await core.deleteCollectionNamespacedPod({
+    namespace,
+    labelSelector: `${POLICY_SERVER_LABEL}=mem-pods`,
+  });
   await proxy.start(kc, join(benchDir, 'proxy.kubeconfig'));
   await recorder.start();
   await recorder.until(() => recorder.latest.size === 0, 60_000, 'leftover policies deleted');
-  for (let i = 0; (await apps.listNamespacedDeployment({ namespace })).items.length > 0 || (await core.listNamespacedPod({ namespace })).items.length > 0; i++) {
+  for (
+    let i = 0;
+    (await apps.listNamespacedDeployment({ namespace })).items.length > 0 ||
+    (await core.listNamespacedPod({ namespace })).items.length > 0;
+    i++
+  ) {
     if (i > 600) throw new Error('leftover Deployments and pods were not deleted in 60 s');
     await sleep(100);
   }
@@ -328,7 +471,9 @@ try {
     await recorder.quiet(1500);
     log(`${subject.name}: every policy Ready; single-change latency (${size.flips} flips)`);
     const lat = await latency(runs);
-    log(`${subject.name}: p50 ${lat.p50.toFixed(0)} ms; storm (${size.storm} policies × 3 replicas)`);
+    log(
+      `${subject.name}: p50 ${lat.p50.toFixed(0)} ms; storm (${size.storm} policies × 3 replicas)`,
+    );
     const st = await storm(runs);
     log(`${subject.name}: storm converged in ${st.convergenceS.toFixed(1)} s`);
     perSubject[subject.name] = { latency: lat, storm: st };
@@ -348,7 +493,7 @@ try {
   await pool(stormNames, concurrency, (n) => {
     const status = structuredClone(recorder.latest.get(n)!.status!);
     for (const c of status.conditions ?? []) c.message = `${c.message} (floor)`; // a real change, same size
-    return writer.patchStatus('policies', n, status);
+    return writer.patchStatus('policies', n, status, undefined);
   });
   const floorS = (performance.now() - tf) / 1000;
   results.floor = { writes: stormNames.length, seconds: floorS };
@@ -358,11 +503,20 @@ try {
   let mdb = 10;
   const startPair = async (workers: number, extra: string[] = []) => {
     const redisUrl = `${redis.url}/${++mdb}`;
-    const watcher = await startRollcall('watcher', 'watcher', { namespace, redisUrl, kubeconfig: proxy.kubeconfig });
+    const watcher = await startRollcall('watcher', 'watcher', {
+      namespace,
+      redisUrl,
+      kubeconfig: proxy.kubeconfig,
+    });
     running.add(watcher);
     const ws: Proc[] = [];
     for (let i = 0; i < workers; i++) {
-      const w = await startRollcall(`worker-${i}`, 'worker', { namespace, redisUrl, kubeconfig: proxy.kubeconfig, extra });
+      const w = await startRollcall(`worker-${i}`, 'worker', {
+        namespace,
+        redisUrl,
+        kubeconfig: proxy.kubeconfig,
+        extra,
+      });
       running.add(w);
       ws.push(w);
     }
@@ -375,16 +529,23 @@ try {
     }
   };
   const drained = async (watcher: Proc) =>
-    (await metric(watcher.port, 'rollcall_queue_depth', { state: 'waiting' })) + (await metric(watcher.port, 'rollcall_queue_depth', { state: 'active' })) === 0;
+    (await metric(watcher.port, 'rollcall_queue_depth', { state: 'waiting' })) +
+      (await metric(watcher.port, 'rollcall_queue_depth', { state: 'active' })) ===
+    0;
 
-  log(`memory: watcher and worker idle, then ${size.memPods} bare policy-server pods and ${size.memPolicies} policies`);
+  log(
+    `memory: watcher and worker idle, then ${size.memPods} bare policy-server pods and ${size.memPolicies} policies`,
+  );
   const writeFlags = ['--write-rate', '500', '--write-burst', '500'];
   const pair = await startPair(1, writeFlags);
   await waitHttpOk(pair.watcher.port, '/readyz');
   await waitHttpOk(pair.workers[0]!.port, '/readyz');
   while (!(await drained(pair.watcher))) await sleep(200);
   await sleep(1000);
-  const idle = { watcherMiB: rssSampler(() => [pair.watcher.child.pid]).stop(), workerMiB: rssSampler(() => [pair.workers[0]!.child.pid]).stop() };
+  const idle = {
+    watcherMiB: rssSampler(() => [pair.watcher.child.pid]).stop(),
+    workerMiB: rssSampler(() => [pair.workers[0]!.child.pid]).stop(),
+  };
   const watcherPeak = rssSampler(() => [pair.watcher.child.pid]);
   const workerPeak = rssSampler(() => [pair.workers[0]!.child.pid]);
   const memReport = report(['lat-000', 'lat-001', 'lat-002'], 1, 'Loaded');
@@ -395,14 +556,32 @@ try {
       core.createNamespacedPod({
         namespace,
         body: {
-          metadata: { name, labels: { [POLICY_SERVER_LABEL]: 'mem-pods' }, annotations: { [REPORT_ANNOTATION]: memReport } },
+          metadata: {
+            name,
+            labels: { [POLICY_SERVER_LABEL]: 'mem-pods' },
+            annotations: { [REPORT_ANNOTATION]: memReport },
+          },
           // Gated: never scheduled, so kwok and the scheduler stay out of the measurement.
-          spec: { schedulingGates: [{ name: 'bench.rollcall.dev/gated' }], containers: [{ name: 'c', image: 'sim://none' }] },
+          spec: {
+            schedulingGates: [{ name: 'bench.rollcall.dev/gated' }],
+            containers: [{ name: 'c', image: 'sim://none' }],
+          },
         },
       }),
   );
-  await pool(memNames, 16, (n) => custom.createClusterCustomObject({ group, version, plural: 'policies', body: policyBody(n, 'mem') }));
-  await recorder.until(() => memNames.every((n) => recorder.latest.get(n)?.status?.summary === 'Stalled'), 600_000, 'memory policies reconciled');
+  await pool(memNames, 16, (n) =>
+    custom.createClusterCustomObject({
+      group,
+      version,
+      plural: 'policies',
+      body: policyBody(n, 'mem'),
+    }),
+  );
+  await recorder.until(
+    () => memNames.every((n) => recorder.latest.get(n)?.status?.summary === 'Stalled'),
+    600_000,
+    'memory policies reconciled',
+  );
   while (!(await drained(pair.watcher))) await sleep(200);
   await sleep(2000);
   const loaded = {
@@ -414,31 +593,52 @@ try {
   await stopAll([pair.watcher, ...pair.workers]);
 
   // Baseline: the poller holds every object of a pass in memory.
-  const poller = await startProcess('poller-mem', 'bench/poller.ts', [namespace], { KUBECONFIG: proxy.kubeconfig });
+  const poller = await startProcess('poller-mem', 'bench/poller.ts', [namespace], {
+    KUBECONFIG: proxy.kubeconfig,
+  });
   running.add(poller);
   const pollerPeak = rssSampler(() => [poller.child.pid]);
   await sleep(quick ? 4000 : 10_000);
   const pollerMiB = pollerPeak.stop();
   await stopAll([poller]);
-  results.memory = { pods: size.memPods, policies: size.memPolicies + latNames.length + stormNames.length, idle, loaded, pollerPeakMiB: pollerMiB };
-  log(`memory: watcher ${loaded.watcherMiB.toFixed(0)} MiB, worker peak ${loaded.workerPeakMiB.toFixed(0)} MiB, poller peak ${pollerMiB.toFixed(0)} MiB`);
+  results.memory = {
+    pods: size.memPods,
+    policies: size.memPolicies + latNames.length + stormNames.length,
+    idle,
+    loaded,
+    pollerPeakMiB: pollerMiB,
+  };
+  log(
+    `memory: watcher ${loaded.watcherMiB.toFixed(0)} MiB, worker peak ${loaded.workerPeakMiB.toFixed(0)} MiB, poller peak ${pollerMiB.toFixed(0)} MiB`,
+  );
 
   // Scale-out: a fresh Redis database makes the watcher enqueue every key; then k workers
   // drain it. Runs are no-ops (statuses are current): this is reconcile throughput.
   const scale: { workers: number; runs: number; seconds: number; runsPerSecond: number }[] = [];
   for (const k of [1, 2, 4]) {
     const redisUrl = `${redis.url}/${++mdb}`;
-    const watcher = await startRollcall('watcher-scale', 'watcher', { namespace, redisUrl, kubeconfig: proxy.kubeconfig });
+    const watcher = await startRollcall('watcher-scale', 'watcher', {
+      namespace,
+      redisUrl,
+      kubeconfig: proxy.kubeconfig,
+    });
     running.add(watcher);
     await waitHttpOk(watcher.port, '/readyz', 300_000);
     const queued = await metric(watcher.port, 'rollcall_queue_depth', { state: 'waiting' });
     const ws: Proc[] = [];
     for (let i = 0; i < k; i++) {
-      const w = await startRollcall(`worker-scale-${i}`, 'worker', { namespace, redisUrl, kubeconfig: proxy.kubeconfig });
+      const w = await startRollcall(`worker-scale-${i}`, 'worker', {
+        namespace,
+        redisUrl,
+        kubeconfig: proxy.kubeconfig,
+      });
       running.add(w);
       ws.push(w);
     }
-    const runsOf = async () => (await Promise.all(ws.map((w) => metric(w.port, 'rollcall_queue_runs_total').catch(() => 0)))).reduce((a, b) => a + b, 0);
+    const runsOf = async () =>
+      (
+        await Promise.all(ws.map((w) => metric(w.port, 'rollcall_queue_runs_total').catch(() => 0)))
+      ).reduce((a, b) => a + b, 0);
     let tFirst = 0;
     for (;;) {
       const r = await runsOf();
@@ -453,11 +653,21 @@ try {
     await stopAll([watcher, ...ws]);
   }
   results.scaleOut = scale;
-  results.machine = { cores: cpus().length, cpu: cpus()[0]?.model, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version };
+  results.machine = {
+    cores: cpus().length,
+    cpu: cpus()[0]?.model,
+    memoryGiB: Math.round(totalmem() / 2 ** 30),
+    node: process.version,
+  };
 
   printTable(results, perSubject, floorS, scale);
   mkdirSync(join(repoRoot, 'bench', 'out'), { recursive: true });
-  const file = join(repoRoot, 'bench', 'out', `bench-${quick ? 'quick' : 'full'}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+  const file = join(
+    repoRoot,
+    'bench',
+    'out',
+    `bench-${quick ? 'quick' : 'full'}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`,
+  );
   writeFileSync(file, JSON.stringify(results, null, 2));
   log(`JSON: ${file}`);
 } finally {
@@ -473,7 +683,8 @@ function printTable(
   const names = Object.keys(s);
   const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : '—');
   const rows: [string, ...string[]][] = [['figure', ...names]];
-  const row = (label: string, f: (x: { latency: Latency; storm: Storm }) => string) => rows.push([label, ...names.map((n) => f(s[n]!))]);
+  const row = (label: string, f: (x: { latency: Latency; storm: Storm }) => string) =>
+    rows.push([label, ...names.map((n) => f(s[n]!))]);
   row(`1 latency p50 ms (${size.flips} flips)`, (x) => fmt(x.latency.p50));
   row('1 latency p90 ms', (x) => fmt(x.latency.p90));
   row('1 latency p99 ms', (x) => fmt(x.latency.p99));
@@ -495,11 +706,29 @@ function printTable(
   row('2 Events written', (x) => fmt(x.storm.events));
   row('2 data-plane events', (x) => fmt(x.storm.dataPlaneEvents));
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  const line = (r: string[]) => r.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  const line = (r: string[]) =>
+    r.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   console.log(`\nrollcall bench (${quick ? 'quick' : 'full'}), ${JSON.stringify(all.machine)}`);
   for (const r of rows) console.log(line(r));
-  console.log(`3 floor: ${size.storm} status writes, tight loop, concurrency ${concurrency}: ${floorS.toFixed(2)} s`);
-  const m = all.memory as { pods: number; policies: number; idle: { watcherMiB: number; workerMiB: number }; loaded: { watcherMiB: number; watcherPeakMiB: number; workerMiB: number; workerPeakMiB: number }; pollerPeakMiB: number };
-  console.log(`6 memory (${m.pods} pods, ${m.policies} policies), RSS MiB: watcher ${fmt(m.loaded.watcherMiB)} (peak ${fmt(m.loaded.watcherPeakMiB)}, idle ${fmt(m.idle.watcherMiB)}); worker ${fmt(m.loaded.workerMiB)} (peak ${fmt(m.loaded.workerPeakMiB)}, idle ${fmt(m.idle.workerMiB)}); baseline poller peak ${fmt(m.pollerPeakMiB)}`);
-  console.log(`7 worker scale-out (${cpus().length} cores): ${scale.map((x) => `${x.workers} → ${fmt(x.runsPerSecond)} runs/s`).join(', ')}`);
+  console.log(
+    `3 floor: ${size.storm} status writes, tight loop, concurrency ${concurrency}: ${floorS.toFixed(2)} s`,
+  );
+  const m = all.memory as {
+    pods: number;
+    policies: number;
+    idle: { watcherMiB: number; workerMiB: number };
+    loaded: {
+      watcherMiB: number;
+      watcherPeakMiB: number;
+      workerMiB: number;
+      workerPeakMiB: number;
+    };
+    pollerPeakMiB: number;
+  };
+  console.log(
+    `6 memory (${m.pods} pods, ${m.policies} policies), RSS MiB: watcher ${fmt(m.loaded.watcherMiB)} (peak ${fmt(m.loaded.watcherPeakMiB)}, idle ${fmt(m.idle.watcherMiB)}); worker ${fmt(m.loaded.workerMiB)} (peak ${fmt(m.loaded.workerPeakMiB)}, idle ${fmt(m.idle.workerMiB)}); baseline poller peak ${fmt(m.pollerPeakMiB)}`,
+  );
+  console.log(
+    `7 worker scale-out (${cpus().length} cores): ${scale.map((x) => `${x.workers} → ${fmt(x.runsPerSecond)} runs/s`).join(', ')}`,
+  );
 }

@@ -27,7 +27,13 @@ export interface ApiCounts {
   otherWrites: number;
 }
 
-export const zeroCounts = (): ApiCounts => ({ reads: 0, watches: 0, policyStatusWrites: 0, events: 0, otherWrites: 0 });
+export const zeroCounts = (): ApiCounts => ({
+  reads: 0,
+  watches: 0,
+  policyStatusWrites: 0,
+  events: 0,
+  otherWrites: 0,
+});
 export const diffCounts = (a: ApiCounts, b: ApiCounts): ApiCounts => ({
   reads: b.reads - a.reads,
   watches: b.watches - a.watches,
@@ -56,7 +62,14 @@ export class CountingProxy {
     this.server = createServer((req, res) => {
       this.count(req.method ?? 'GET', req.url ?? '/');
       const upstream = httpsRequest(
-        { host: target.hostname, port: target.port, method: req.method, path: req.url, agent, headers: { ...req.headers, host: target.host, authorization: `Bearer ${token}` } },
+        {
+          host: target.hostname,
+          port: target.port,
+          method: req.method,
+          path: req.url,
+          agent,
+          headers: { ...req.headers, host: target.host, authorization: `Bearer ${token}` },
+        },
         (up) => {
           res.writeHead(up.statusCode ?? 502, up.headers);
           up.pipe(res);
@@ -73,7 +86,12 @@ export class CountingProxy {
       JSON.stringify({
         apiVersion: 'v1',
         kind: 'Config',
-        clusters: [{ name: 'proxy', cluster: { server: `http://127.0.0.1:${port}`, 'insecure-skip-tls-verify': true } }],
+        clusters: [
+          {
+            name: 'proxy',
+            cluster: { server: `http://127.0.0.1:${port}`, 'insecure-skip-tls-verify': true },
+          },
+        ],
         users: [{ name: 'proxy', user: {} }],
         contexts: [{ name: 'proxy', context: { cluster: 'proxy', user: 'proxy' } }],
         'current-context': 'proxy',
@@ -87,7 +105,11 @@ export class CountingProxy {
     if (method === 'GET') {
       if (/[?&]watch=(true|1)/.test(url)) this.counts.watches++;
       else this.counts.reads++;
-    } else if (/^\/apis\/rollcall\.dev\/v1alpha1\/policies\/[^/]+\/status$/.test(path) && (method === 'PATCH' || method === 'PUT')) this.counts.policyStatusWrites++;
+    } else if (
+      /^\/apis\/rollcall\.dev\/v1alpha1\/policies\/[^/]+\/status$/.test(path) &&
+      (method === 'PATCH' || method === 'PUT')
+    )
+      this.counts.policyStatusWrites++;
     else if (method === 'POST' && /\/events$/.test(path)) this.counts.events++;
     else this.counts.otherWrites++;
   }
@@ -110,15 +132,24 @@ export interface Proc {
 }
 
 /** Runs a node script (rollcall's CLI or a bench-local one) with output in .rollcall/bench/logs. */
-export async function startProcess(name: string, script: string, args: string[], env: Record<string, string>): Promise<Proc> {
+export async function startProcess(
+  name: string,
+  script: string,
+  args: string[],
+  env: Record<string, string>,
+): Promise<Proc> {
   mkdirSync(join(benchDir, 'logs'), { recursive: true });
   const log = createWriteStream(join(benchDir, 'logs', `${name}.log`), { flags: 'a' });
   const port = await freePort();
-  const child = spawn(process.execPath, [join(repoRoot, script), ...args.map((a) => (a === '$PORT' ? String(port) : a))], {
-    cwd: repoRoot,
-    env: { ...process.env, LOG_LEVEL: 'warn', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [join(repoRoot, script), ...args.map((a) => (a === '$PORT' ? String(port) : a))],
+    {
+      cwd: repoRoot,
+      env: { ...process.env, LOG_LEVEL: 'warn', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   child.stdout?.pipe(log);
   child.stderr?.pipe(log);
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
@@ -136,12 +167,28 @@ export async function startProcess(name: string, script: string, args: string[],
 }
 
 /** `rollcall <role>` exactly as the image runs it, against the proxy's kubeconfig. */
-export function startRollcall(name: string, role: string, opts: { namespace: string; redisUrl: string; kubeconfig: string; extra?: string[] }): Promise<Proc> {
-  const args = [role, '--namespace', opts.namespace, '--redis-url', opts.redisUrl, '--port', '$PORT', ...(opts.extra ?? [])];
+export function startRollcall(
+  name: string,
+  role: string,
+  opts: { namespace: string; redisUrl: string; kubeconfig: string; extra?: string[] },
+): Promise<Proc> {
+  const args = [
+    role,
+    '--namespace',
+    opts.namespace,
+    '--redis-url',
+    opts.redisUrl,
+    '--port',
+    '$PORT',
+    ...(opts.extra ?? []),
+  ];
   return startProcess(name, 'cli/rollcall.ts', args, { KUBECONFIG: opts.kubeconfig });
 }
 
-export async function httpGet(port: number, path: string): Promise<{ status: number; body: string }> {
+export async function httpGet(
+  port: number,
+  path: string,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = httpRequest({ host: '127.0.0.1', port, path, timeout: 5000 }, (res) => {
       let body = '';
@@ -157,7 +204,10 @@ export async function httpGet(port: number, path: string): Promise<{ status: num
 export async function waitHttpOk(port: number, path: string, timeoutMs = 60_000): Promise<void> {
   const end = Date.now() + timeoutMs;
   while (Date.now() < end) {
-    const ok = await httpGet(port, path).then((r) => r.status === 200, () => false);
+    const ok = await httpGet(port, path).then(
+      (r) => r.status === 200,
+      () => false,
+    );
     if (ok) return;
     await sleep(200);
   }
@@ -165,7 +215,11 @@ export async function waitHttpOk(port: number, path: string, timeoutMs = 60_000)
 }
 
 /** Sum of a Prometheus metric's samples whose labels contain every `match` pair. */
-export async function metric(port: number, name: string, match: Record<string, string> = {}): Promise<number> {
+export async function metric(
+  port: number,
+  name: string,
+  match: Record<string, string> = {},
+): Promise<number> {
   const { body } = await httpGet(port, '/metrics');
   let sum = 0;
   for (const line of body.split('\n')) {
@@ -173,7 +227,8 @@ export async function metric(port: number, name: string, match: Record<string, s
     const m = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
     if (!m || m[1] !== name) continue;
     const labels = m[2] ?? '';
-    if (Object.entries(match).every(([k, v]) => labels.includes(`${k}="${v}"`))) sum += Number(m[3]);
+    if (Object.entries(match).every(([k, v]) => labels.includes(`${k}="${v}"`)))
+      sum += Number(m[3]);
   }
   return sum;
 }
@@ -192,11 +247,21 @@ export function rssMiB(pid: number | undefined): number {
 /** Samples the peak RSS of some processes until stopped. */
 export function rssSampler(pids: () => (number | undefined)[]): { stop(): number } {
   let peak = 0;
-  const timer = setInterval(() => (peak = Math.max(peak, pids().reduce((n: number, p) => n + rssMiB(p), 0))), 200);
+  const timer = setInterval(
+    () =>
+      (peak = Math.max(
+        peak,
+        pids().reduce((n: number, p) => n + rssMiB(p), 0),
+      )),
+    200,
+  );
   return {
     stop() {
       clearInterval(timer);
-      return Math.max(peak, pids().reduce((n: number, p) => n + rssMiB(p), 0));
+      return Math.max(
+        peak,
+        pids().reduce((n: number, p) => n + rssMiB(p), 0),
+      );
     },
   };
 }
@@ -224,7 +289,13 @@ export class PolicyRecorder {
   }
 
   async start(): Promise<void> {
-    const list = (await this.kc.makeApiClient(CustomObjectsApi).listClusterCustomObject({ group: 'rollcall.dev', version: 'v1alpha1', plural: 'policies' })) as {
+    const list = (await this.kc
+      .makeApiClient(CustomObjectsApi)
+      .listClusterCustomObject({
+        group: 'rollcall.dev',
+        version: 'v1alpha1',
+        plural: 'policies',
+      })) as {
       metadata: { resourceVersion: string };
       items: Policy[];
     };
@@ -244,7 +315,8 @@ export class PolicyRecorder {
         const before = this.latest.get(name);
         if (phase === 'DELETED') this.latest.delete(name);
         else this.latest.set(name, obj);
-        if (phase === 'MODIFIED' && !isDeepStrictEqual(before?.status, obj.status)) this.changes.push({ t: performance.now(), name });
+        if (phase === 'MODIFIED' && !isDeepStrictEqual(before?.status, obj.status))
+          this.changes.push({ t: performance.now(), name });
         this.waiters = this.waiters.filter((w) => (w.check() ? (w.resolve(), false) : true));
       },
       () => {
@@ -258,7 +330,10 @@ export class PolicyRecorder {
   until(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
     if (check()) return Promise.resolve();
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)), timeoutMs);
+      const timer = setTimeout(
+        () => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)),
+        timeoutMs,
+      );
       this.waiters.push({ check, resolve: () => (clearTimeout(timer), resolve()) });
     });
   }
@@ -284,7 +359,11 @@ export class PolicyRecorder {
 }
 
 /** Runs `fn` over `items` with at most `concurrency` at once. */
-export async function pool<T>(items: readonly T[], concurrency: number, fn: (item: T) => Promise<unknown>): Promise<void> {
+export async function pool<T>(
+  items: readonly T[],
+  concurrency: number,
+  fn: (item: T) => Promise<unknown>,
+): Promise<void> {
   let next = 0;
   const lane = async () => {
     while (next < items.length) await fn(items[next++]!);
