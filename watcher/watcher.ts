@@ -61,7 +61,11 @@ export class Watcher {
   private live = false;
   /** A projection write or enqueue failed (Redis away): rebuild everything once it answers. */
   private lostWrites = false;
-  private rebuilding: Promise<void> | undefined;
+  /**
+   * Projection writes and rebuilds run one at a time: a rebuild's snapshot must never
+   * overwrite an event that was written after the snapshot was taken.
+   */
+  private writes: Promise<unknown> = Promise.resolve();
   /** Policies whose new generation has no status yet: when the watcher saw that generation. */
   private readonly awaitingStatus = new Map<string, { generation: number; since: number }>();
   private readonly convergence: Histogram | undefined;
@@ -183,7 +187,8 @@ export class Watcher {
           ms,
         ),
       );
-    every(this.options.resyncMs ?? 300_000, () => this.enqueueAll('resync'));
+    // A resync also rewrites the projections, healing any write that went astray.
+    every(this.options.resyncMs ?? 300_000, () => this.rebuild('resync'));
     every(this.options.redisCheckMs ?? 2000, () => this.checkRedis());
   }
 
@@ -201,12 +206,22 @@ export class Watcher {
   private async maybeGoLive(): Promise<void> {
     if (this.live || [...this.reflectors.values()].some((r) => !r.hasSynced())) return;
     await this.rebuild('initial sync');
-    this.live = true;
+    // Still inside the write order: events queued behind the rebuild now see live = true.
+    await this.serialized(async () => {
+      this.live = true;
+    });
+  }
+
+  /** Rewrites every projection from the informers' stores and enqueues every key. */
+  private serialized<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.writes.then(fn, fn);
+    this.writes = run.catch(() => {});
+    return run;
   }
 
   /** Rewrites every projection from the informers' stores and enqueues every key. */
   private rebuild(why: string): Promise<void> {
-    this.rebuilding ??= (async () => {
+    return this.serialized(async () => {
       const objects: Partial<Record<ProjectedKind, KubernetesObject[]>> = {};
       for (const w of this.watched())
         objects[w.projected] = this.reflectors.get(w.kind)?.list() ?? [];
@@ -218,8 +233,7 @@ export class Watcher {
         'projections written',
       );
       await this.enqueueAll(why);
-    })().finally(() => (this.rebuilding = undefined));
-    return this.rebuilding;
+    });
   }
 
   /** A Redis that restarted empty has lost the projections and the queue: rebuild both. */
@@ -255,28 +269,31 @@ export class Watcher {
         type === 'deleted' ? undefined : obj,
         old ?? (type === 'deleted' ? obj : undefined),
       );
-    if (!this.live) return; // the initial rebuild writes everything at once
-    if (w.kind === 'Policy') this.trackConvergence(type, obj, old);
     const name = obj.metadata?.name ?? '';
-    try {
-      // Projection first, then the key: a job must never read older state than its event.
-      if (type === 'deleted') await this.store.remove(w.projected, name, podServer(obj));
-      else {
-        const oldServer = old ? podServer(old) : undefined;
-        if (w.projected === 'pod' && oldServer !== podServer(obj))
-          await this.store.remove('pod', name, oldServer);
-        await this.store.put(w.projected, obj as never);
+    await this.serialized(async () => {
+      // Before going live the initial rebuild writes everything at once.
+      if (!this.live) return;
+      if (w.kind === 'Policy') this.trackConvergence(type, obj, old);
+      try {
+        // Projection first, then the key: a job must never read older state than its event.
+        if (type === 'deleted') await this.store.remove(w.projected, name, podServer(obj));
+        else {
+          const oldServer = old ? podServer(old) : undefined;
+          if (w.projected === 'pod' && oldServer !== podServer(obj))
+            await this.store.remove('pod', name, oldServer);
+          await this.store.put(w.projected, obj as never);
+        }
+        await this.enqueue({
+          kind: w.kind,
+          type,
+          object: obj as WatchedObject,
+          old: old as WatchedObject | undefined,
+        });
+      } catch (err) {
+        this.lostWrites = true;
+        throw err;
       }
-      await this.enqueue({
-        kind: w.kind,
-        type,
-        object: obj as WatchedObject,
-        old: old as WatchedObject | undefined,
-      });
-    } catch (err) {
-      this.lostWrites = true;
-      throw err;
-    }
+    });
   }
 
   /**
