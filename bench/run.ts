@@ -73,7 +73,28 @@ const apps = kc.makeApiClient(AppsV1Api);
 const proxy = new CountingProxy();
 const recorder = new PolicyRecorder(kc);
 const running = new Set<Proc>();
-const results: Record<string, unknown> = { quick, size, concurrency };
+const results: Record<string, unknown> = {
+  quick,
+  size,
+  concurrency,
+  machine: {
+    cores: cpus().length,
+    cpu: cpus()[0]?.model,
+    memoryGiB: Math.round(totalmem() / 2 ** 30),
+    node: process.version,
+  },
+};
+const resultsFile = join(
+  repoRoot,
+  'bench',
+  'out',
+  `bench-${quick ? 'quick' : 'full'}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`,
+);
+/** Written after every phase, so a long run that is stopped still leaves its figures. */
+function save(): void {
+  mkdirSync(join(repoRoot, 'bench', 'out'), { recursive: true });
+  writeFileSync(resultsFile, JSON.stringify(results, null, 2));
+}
 
 let stopping: Promise<void> | undefined;
 function teardown(): Promise<void> {
@@ -477,6 +498,8 @@ try {
     const st = await storm(runs);
     log(`${subject.name}: storm converged in ${st.convergenceS.toFixed(1)} s`);
     perSubject[subject.name] = { latency: lat, storm: st };
+    results.subjects = perSubject;
+    save();
     for (const p of procs) {
       await p.stop();
       running.delete(p);
@@ -497,6 +520,7 @@ try {
   });
   const floorS = (performance.now() - tf) / 1000;
   results.floor = { writes: stormNames.length, seconds: floorS };
+  save();
   log(`floor: ${stormNames.length} status writes in ${floorS.toFixed(2)} s`);
 
   // ------------------------------------------------------------ memory and scale-out
@@ -608,6 +632,7 @@ try {
     loaded,
     pollerPeakMiB: pollerMiB,
   };
+  save();
   log(
     `memory: watcher ${loaded.watcherMiB.toFixed(0)} MiB, worker peak ${loaded.workerPeakMiB.toFixed(0)} MiB, poller peak ${pollerMiB.toFixed(0)} MiB`,
   );
@@ -653,23 +678,10 @@ try {
     await stopAll([watcher, ...ws]);
   }
   results.scaleOut = scale;
-  results.machine = {
-    cores: cpus().length,
-    cpu: cpus()[0]?.model,
-    memoryGiB: Math.round(totalmem() / 2 ** 30),
-    node: process.version,
-  };
 
   printTable(results, perSubject, floorS, scale);
-  mkdirSync(join(repoRoot, 'bench', 'out'), { recursive: true });
-  const file = join(
-    repoRoot,
-    'bench',
-    'out',
-    `bench-${quick ? 'quick' : 'full'}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`,
-  );
-  writeFileSync(file, JSON.stringify(results, null, 2));
-  log(`JSON: ${file}`);
+  save();
+  log(`JSON: ${resultsFile}`);
 } finally {
   await teardown();
 }
