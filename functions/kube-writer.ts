@@ -48,7 +48,12 @@ export class KubeWriter {
   private readonly eventNamespace = 'default';
   private readonly instance: string;
 
-  constructor(kc: KubeConfig, acquireWriteToken: () => Promise<void>, record: RequestRecorder = () => {}, instance = `rollcall-${process.pid}`) {
+  constructor(
+    kc: KubeConfig,
+    acquireWriteToken: () => Promise<void>,
+    record: RequestRecorder = () => {},
+    instance = `rollcall-${process.pid}`,
+  ) {
     this.custom = kc.makeApiClient(CustomObjectsApi);
     this.objects = KubernetesObjectApi.makeApiClient(kc);
     this.admission = kc.makeApiClient(AdmissionregistrationV1Api);
@@ -74,27 +79,61 @@ export class KubeWriter {
   /**
    * Replaces the status of a cluster-scoped rollcall object with `status`. A merge patch keeps
    * fields it does not mention, so fields of `previous` that `status` lacks (another writer's,
-   * or a served generation that ended) are removed explicitly with null.
+   * or a served generation that ended) are removed explicitly with null. False when the object
+   * is gone.
    */
-  patchStatus(plural: 'policies' | 'policyservers', name: string, status: object, previous: object | undefined): Promise<unknown> {
-    const removed = Object.fromEntries(Object.keys(previous ?? {}).filter((k) => !(k in status)).map((k) => [k, null]));
-    return this.write('patch', () =>
-      this.custom.patchClusterCustomObjectStatus(
-        { group: GROUP, version: VERSION, plural, name, body: { status: { ...removed, ...status } } },
-        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-      ),
+  async patchStatus(
+    plural: 'policies' | 'policyservers',
+    name: string,
+    status: object,
+    previous: object | undefined,
+  ): Promise<boolean> {
+    const removed = Object.fromEntries(
+      Object.keys(previous ?? {})
+        .filter((k) => !(k in status))
+        .map((k) => [k, null]),
     );
+    try {
+      await this.write('patch', () =>
+        this.custom.patchClusterCustomObjectStatus(
+          {
+            group: GROUP,
+            version: VERSION,
+            plural,
+            name,
+            body: { status: { ...removed, ...status } },
+          },
+          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+        ),
+      );
+      return true;
+    } catch (err) {
+      // Deleted since the projection was read: there is no status left to write.
+      if (codeOf(err) === 404) return false;
+      throw err;
+    }
   }
 
   /** Server-side apply with rollcall's field manager; force takes over fields rollcall owns. */
   apply<T extends KubernetesObject>(obj: T): Promise<T> {
-    return this.write('apply', () => this.objects.patch(obj, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply));
+    return this.write('apply', () =>
+      this.objects.patch(
+        obj,
+        undefined,
+        undefined,
+        FIELD_MANAGER,
+        true,
+        PatchStrategy.ServerSideApply,
+      ),
+    );
   }
 
   /** Deletes a webhook configuration; one that is already gone is fine. */
   async deleteWebhook(name: string): Promise<void> {
     try {
-      await this.write('delete', () => this.admission.deleteValidatingWebhookConfiguration({ name }));
+      await this.write('delete', () =>
+        this.admission.deleteValidatingWebhookConfiguration({ name }),
+      );
     } catch (err) {
       if (codeOf(err) !== 404) throw err;
     }
@@ -106,11 +145,18 @@ export class KubeWriter {
         namespace: this.eventNamespace,
         body: {
           // Named as client-go names Events: the object's name and a time-derived suffix.
-          metadata: { name: `${regarding.name}.${now.getTime().toString(16)}${randomBytes(2).toString('hex')}` },
+          metadata: {
+            name: `${regarding.name}.${now.getTime().toString(16)}${randomBytes(2).toString('hex')}`,
+          },
           eventTime: new V1MicroTime(now.getTime()),
           reportingController: 'rollcall.dev/rollcall',
           reportingInstance: this.instance,
-          regarding: { apiVersion: regarding.apiVersion, kind: regarding.kind, name: regarding.name, uid: regarding.uid },
+          regarding: {
+            apiVersion: regarding.apiVersion,
+            kind: regarding.kind,
+            name: regarding.name,
+            uid: regarding.uid,
+          },
           type: event.type,
           reason: event.reason,
           action: event.action,

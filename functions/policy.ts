@@ -44,7 +44,7 @@ export const policy: ReconcileFunction = {
     const decision = computePolicy({ ...view, policy: view.policy, servedGeneration: servedGenerationOf(view.webhook, view.policy), now: ctx.now() });
     if (isDeepStrictEqual(decision.status, view.policy.status)) return done();
 
-    await ctx.kube.patchStatus('policies', name, decision.status, view.policy.status);
+    if (!(await ctx.kube.patchStatus('policies', name, decision.status, view.policy.status))) return done();
     ctx.log.info({ summary: decision.status.summary, ready: decision.status.ready }, 'policy status written');
     // Events follow status changes only, so a re-run that changes nothing stays silent. They
     // are best effort, as in Kubernetes: a lost Event is logged, never retried with the job.
