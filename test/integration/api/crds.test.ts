@@ -1,0 +1,81 @@
+// The CRDs on the real apiserver: printer columns, the category, explain, generation
+// semantics. (Rejection of invalid objects: test/integration/reliability/invalid-specs.test.ts.)
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { stringify } from 'yaml';
+import { kubectl } from '../../../cluster/cluster.ts';
+import { installCrds } from '../../../roles/install-crds.ts';
+import { testCluster, testKubeConfig, uniqueName } from '../../support/kube.ts';
+
+const kc = testKubeConfig();
+const run = (...args: string[]) => kubectl(testCluster(), args);
+
+describe('the rollcall CRDs on the apiserver', () => {
+  const server = uniqueName('crd').slice(0, 40);
+  const policy = uniqueName('crd-pol');
+
+  before(async () => {
+    await installCrds(kc, { info: () => {} });
+    kubectl(
+      testCluster(),
+      ['apply', '-f', '-'],
+      [
+        { apiVersion: 'rollcall.dev/v1alpha1', kind: 'PolicyServer', metadata: { name: server }, spec: { image: 'example.invalid/ps:1', replicas: 3 } },
+        {
+          apiVersion: 'rollcall.dev/v1alpha1',
+          kind: 'Policy',
+          metadata: { name: policy },
+          spec: { policyServer: server, module: 'sim://ok', mode: 'monitor', rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }] },
+        },
+      ]
+        .map((o) => stringify(o))
+        .join('---\n'),
+    );
+  });
+
+  after(() => {
+    run('delete', 'policy', policy, '--ignore-not-found');
+    run('delete', 'policyserver', server, '--ignore-not-found');
+  });
+
+  test('a status write shows in the printer columns, and does not bump the generation', async () => {
+    const custom = kc.makeApiClient(CustomObjectsApi);
+    const status = {
+      observedGeneration: 1,
+      ready: '2/3',
+      summary: 'Reconciling',
+      conditions: [{ type: 'Ready', status: 'False', reason: 'Loading', message: 'generation 1 loaded on 2/3 replicas', observedGeneration: 1, lastTransitionTime: new Date().toISOString() }],
+    };
+    const written = (await custom.patchClusterCustomObjectStatus(
+      { group: 'rollcall.dev', version: 'v1alpha1', plural: 'policies', name: policy, body: { status } },
+      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+    )) as { metadata: { generation: number } };
+    assert.equal(written.metadata.generation, 1);
+
+    const table = run('get', 'policies', policy);
+    assert.match(table, /^NAME\s+SERVER\s+MODE\s+READY\s+STATUS\s+AGE\s*$/m);
+    assert.match(table, new RegExp(`^${policy}\\s+${server}\\s+monitor\\s+2/3\\s+Reconciling\\s+\\S+\\s*$`, 'm'));
+    assert.match(run('get', 'policies', policy, '-o', 'wide'), /MESSAGE[\s\S]*generation 1 loaded on 2\/3 replicas/);
+    assert.match(run('get', 'pol', policy), new RegExp(policy), 'short name pol');
+  });
+
+  test('a spec change bumps the generation', () => {
+    run('patch', 'policy', policy, '--type', 'merge', '-p', '{"spec":{"timeoutSeconds":5}}');
+    assert.equal(run('get', 'policy', policy, '-o', 'jsonpath={.metadata.generation}'), '2');
+  });
+
+  test('PolicyServers print REPLICAS, READY, STATUS and IMAGE, and both kinds are in the rollcall category', () => {
+    assert.match(run('get', 'ps', server), /^NAME\s+REPLICAS\s+READY\s+STATUS\s+IMAGE\s+AGE\s*$/m);
+    const all = run('get', 'rollcall');
+    assert.match(all, new RegExp(`policyserver.rollcall.dev/${server}`));
+    assert.match(all, new RegExp(`policy.rollcall.dev/${policy}`));
+  });
+
+  test('kubectl explain documents the fields', () => {
+    const explained = run('explain', 'policy.spec.rules');
+    assert.match(explained, /FIELD: rules/);
+    assert.match(explained, /operations/);
+    assert.match(run('explain', 'policyserver.spec'), /progressDeadlineSeconds/);
+  });
+});
