@@ -362,7 +362,16 @@ export class Watcher {
   private async enqueueAll(why: string): Promise<void> {
     const keys = new Set<string>();
     for (const w of this.watched()) {
+      // Pods and ReplicaSets imply the keys of their server: one object per server says it all
+      // (10,000 pods of one server would otherwise compute the same keys 10,000 times).
+      const perServer = w.kind === 'Pod' || w.kind === 'ReplicaSet';
+      const seen = new Set<string | undefined>();
       for (const obj of this.reflectors.get(w.kind)?.list() ?? []) {
+        if (perServer) {
+          const server = podServer(obj);
+          if (seen.has(server)) continue;
+          seen.add(server);
+        }
         for (const key of this.keysFor({
           kind: w.kind,
           type: 'resync',
