@@ -64,7 +64,14 @@ async function scenario(url: string, coalesce: boolean): Promise<Result> {
   await Promise.all(running.map((w) => w.close()));
   await queue.queue.obliterate({ force: true });
   await queue.close();
-  return { mode: coalesce ? 'rollcall queue (coalescing)' : 'plain BullMQ adds (baseline)', events, enqueueSeconds, runs, totalSeconds, coalescedAdds };
+  return {
+    mode: coalesce ? 'rollcall queue (coalescing)' : 'plain BullMQ adds (baseline)',
+    events,
+    enqueueSeconds,
+    runs,
+    totalSeconds,
+    coalescedAdds,
+  };
 }
 
 function print(results: Result[]): void {
@@ -83,7 +90,9 @@ function print(results: Result[]): void {
 
 const redis = await startRedis({ log: (line) => console.error(line) });
 try {
-  console.log(`${events} events over ${keys} keys (skewed), ${workers} workers × concurrency ${concurrency}, ${jobMs} ms per run`);
+  console.log(
+    `${events} events over ${keys} keys (skewed), ${workers} workers × concurrency ${concurrency}, ${jobMs} ms per run`,
+  );
   const results = [await scenario(redis.url, true), await scenario(redis.url, false)];
   print(results);
   const [ours, baseline] = results as [Result, Result];

@@ -70,8 +70,15 @@ if (import.meta.main) {
   const dir = join(repoRoot, '.rollcall', 'soak');
   let stopRedis = async () => {};
   if (own) {
-    const [cluster, redis] = await Promise.all([up(dir, log), startRedis({ log, dir: join(dir, 'redis') })]);
-    Object.assign(process.env, { KUBECONFIG: cluster.kubeconfig, ROLLCALL_LOCAL_DIR: dir, REDIS_URL: redis.url });
+    const [cluster, redis] = await Promise.all([
+      up(dir, log),
+      startRedis({ log, dir: join(dir, 'redis') }),
+    ]);
+    Object.assign(process.env, {
+      KUBECONFIG: cluster.kubeconfig,
+      ROLLCALL_LOCAL_DIR: dir,
+      REDIS_URL: redis.url,
+    });
     stopRedis = redis.stop;
   }
   let code = 0;

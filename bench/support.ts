@@ -289,13 +289,11 @@ export class PolicyRecorder {
   }
 
   async start(): Promise<void> {
-    const list = (await this.kc
-      .makeApiClient(CustomObjectsApi)
-      .listClusterCustomObject({
-        group: 'rollcall.dev',
-        version: 'v1alpha1',
-        plural: 'policies',
-      })) as {
+    const list = (await this.kc.makeApiClient(CustomObjectsApi).listClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural: 'policies',
+    })) as {
       metadata: { resourceVersion: string };
       items: Policy[];
     };

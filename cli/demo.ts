@@ -46,7 +46,14 @@ interface Child {
 export async function runDemo(argv: readonly string[], io: StatusIo): Promise<number> {
   let values;
   try {
-    values = parseArgs({ args: [...argv], options: { once: { type: 'boolean' }, dir: { type: 'string' }, help: { type: 'boolean', short: 'h' } } }).values;
+    values = parseArgs({
+      args: [...argv],
+      options: {
+        once: { type: 'boolean' },
+        dir: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }).values;
   } catch (err) {
     io.stderr(`rollcall demo: ${(err as Error).message}\n\n${help}`);
     return 2;
@@ -62,7 +69,9 @@ export async function runDemo(argv: readonly string[], io: StatusIo): Promise<nu
   // Cleanups run in reverse order of the starts; Ctrl-C during setup jumps straight to them.
   const cleanups: { what: string; run: () => Promise<void> }[] = [];
   let interrupt: (signal: string) => void = () => {};
-  const interrupted = new Promise<never>((_, reject) => (interrupt = (signal) => reject(new Interrupted(signal))));
+  const interrupted = new Promise<never>(
+    (_, reject) => (interrupt = (signal) => reject(new Interrupted(signal))),
+  );
   interrupted.catch(() => {});
   let signals = 0;
   const onSignal = (signal: NodeJS.Signals) => {
@@ -76,45 +85,72 @@ export async function runDemo(argv: readonly string[], io: StatusIo): Promise<nu
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   const children: Child[] = [];
-  const guard = <T>(p: Promise<T>): Promise<T> => Promise.race([p, interrupted, ...children.map((c) => c.died)]);
+  const guard = <T>(p: Promise<T>): Promise<T> =>
+    Promise.race([p, interrupted, ...children.map((c) => c.died)]);
 
   let code = 0;
   try {
     // 1. The cluster (reused when it already runs; then it is not ours to stop).
     const wasRunning = (await status(dir)).healthy;
     if (!wasRunning) cleanups.push({ what: 'cluster', run: () => down(dir, progress) });
-    progress(wasRunning ? `reusing the running cluster in ${dir}` : `starting the local cluster in ${dir}`);
+    progress(
+      wasRunning ? `reusing the running cluster in ${dir}` : `starting the local cluster in ${dir}`,
+    );
     const cluster = await guard(up(dir, progress));
 
     // 2. Redis (REDIS_URL when set), certificates and ports.
     const redis = await guard(startRedis({ dir: join(dir, 'redis'), log: progress }));
     cleanups.push({ what: 'redis', run: () => redis.stop() });
     const pki = join(dir, 'pki');
-    if (!existsSync(join(pki, 'sim-admission.crt'))) issueCertificate(pki, 'sim-admission', 'rollcall-sim', ['IP:127.0.0.1']);
+    if (!existsSync(join(pki, 'sim-admission.crt')))
+      issueCertificate(pki, 'sim-admission', 'rollcall-sim', ['IP:127.0.0.1']);
     const httpPort = await preferredPort(8080, '0.0.0.0');
     const admissionPort = await preferredPort(8443, '127.0.0.1');
     const credentials = `admin:${randomBytes(9).toString('base64url')}`;
 
     // 3. CRDs and namespace first, so examples/ applies as soon as rollcall runs.
-    kubectl(cluster, ['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NAMESPACE } }));
+    kubectl(
+      cluster,
+      ['apply', '-f', '-'],
+      JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NAMESPACE } }),
+    );
     await guard(installCrds(loadKubeConfig(cluster.kubeconfig), { info: () => {} }));
 
     // 4. rollcall and the simulated policy servers, as the user would run them.
     const logs = join(dir, 'logs');
     const common = ['--namespace', NAMESPACE, '--kubeconfig', cluster.kubeconfig];
     const rollcall = startChild('rollcall', logs, [
-      'run', ...common, '--install-crds', '--redis-url', redis.url, '--port', String(httpPort), '--ui-credentials', credentials,
-      '--webhook-url', `https://127.0.0.1:${admissionPort}`, '--webhook-ca-file', join(pki, 'ca.crt'),
+      'run',
+      ...common,
+      '--install-crds',
+      '--redis-url',
+      redis.url,
+      '--port',
+      String(httpPort),
+      '--ui-credentials',
+      credentials,
+      '--webhook-url',
+      `https://127.0.0.1:${admissionPort}`,
+      '--webhook-ca-file',
+      join(pki, 'ca.crt'),
     ]);
     const sim = startChild('sim', logs, [
-      'sim', ...common, '--admission-port', String(admissionPort),
-      '--tls-cert-file', join(pki, 'sim-admission.crt'), '--tls-key-file', join(pki, 'sim-admission.key'),
+      'sim',
+      ...common,
+      '--admission-port',
+      String(admissionPort),
+      '--tls-cert-file',
+      join(pki, 'sim-admission.crt'),
+      '--tls-key-file',
+      join(pki, 'sim-admission.key'),
     ]);
     for (const child of [rollcall, sim]) {
       children.push(child);
       cleanups.push({ what: child.name, run: () => stopChild(child) });
     }
-    progress(`rollcall (pid ${rollcall.process.pid}) and the simulated policy servers (pid ${sim.process.pid}) started; logs in ${logs}`);
+    progress(
+      `rollcall (pid ${rollcall.process.pid}) and the simulated policy servers (pid ${sim.process.pid}) started; logs in ${logs}`,
+    );
 
     // 5. The examples, then wait (kubectl wait watches) until they converged.
     progress('applying examples/');
@@ -138,7 +174,16 @@ export async function runDemo(argv: readonly string[], io: StatusIo): Promise<nu
     out(indent(kubectl(cluster, ['get', 'policyservers,policies', '-o', 'wide'])));
     out(explanation);
     out('$ kubectl get validatingwebhookconfigurations -l app.kubernetes.io/managed-by=rollcall');
-    out(indent(kubectl(cluster, ['get', 'validatingwebhookconfigurations', '-l', 'app.kubernetes.io/managed-by=rollcall'])));
+    out(
+      indent(
+        kubectl(cluster, [
+          'get',
+          'validatingwebhookconfigurations',
+          '-l',
+          'app.kubernetes.io/managed-by=rollcall',
+        ]),
+      ),
+    );
     out(`  Only the Ready policy has a webhook. The Stalled ones block nothing.\n`);
 
     // 7. Admission for real: the apiserver calls the simulated policy server.
@@ -146,23 +191,44 @@ export async function runDemo(argv: readonly string[], io: StatusIo): Promise<nu
     out(`$ kubectl run demo-pod --image=nginx -n ${DEMO_NAMESPACE}`);
     const denied = tryKubectl(cluster, ['run', 'demo-pod', '--image=nginx', '-n', DEMO_NAMESPACE]);
     out(indent(denied.output));
-    if (denied.ok) throw new Error(`the pod was admitted, but ${GOOD} should have denied it; see ${join(logs, 'sim.log')}`);
-    out(`  Denied by ${GOOD}: the apiserver sent an AdmissionReview to the simulated policy server,`);
+    if (denied.ok)
+      throw new Error(
+        `the pod was admitted, but ${GOOD} should have denied it; see ${join(logs, 'sim.log')}`,
+      );
+    out(
+      `  Denied by ${GOOD}: the apiserver sent an AdmissionReview to the simulated policy server,`,
+    );
     out(`  which answered with the policy's verdict and message.\n`);
     tryKubectl(cluster, ['delete', 'deployment', 'web', '-n', 'default', '--ignore-not-found']);
     out('$ kubectl create deployment web --image=nginx:latest -n default');
-    const allowed = tryKubectl(cluster, ['create', 'deployment', 'web', '--image=nginx:latest', '-n', 'default']);
+    const allowed = tryKubectl(cluster, [
+      'create',
+      'deployment',
+      'web',
+      '--image=nginx:latest',
+      '-n',
+      'default',
+    ]);
     out(indent(allowed.output));
-    if (!allowed.ok) throw new Error('creating the deployment failed, but no Ready policy targets deployments');
-    out(`  Allowed: ${FAILING.join(' and ')} target deployments, but they never loaded, so rollcall`);
-    out(`  registered no webhook for them. A broken policy shows up as Stalled, it does not lock the cluster.\n`);
+    if (!allowed.ok)
+      throw new Error('creating the deployment failed, but no Ready policy targets deployments');
+    out(
+      `  Allowed: ${FAILING.join(' and ')} target deployments, but they never loaded, so rollcall`,
+    );
+    out(
+      `  registered no webhook for them. A broken policy shows up as Stalled, it does not lock the cluster.\n`,
+    );
 
     // 8. Where to look next.
     const [user, password] = credentials.split(':') as [string, string];
     out('Try it yourself:');
     out(`  export KUBECONFIG=${cluster.kubeconfig}`);
-    out(`  alias kubectl='${cluster.binaries.kube} kubectl'   # the kubectl built with the cluster, or use your own`);
-    out(`  kubectl get policies -w                 # then edit one: kubectl edit policy ${FAILING[0]}`);
+    out(
+      `  alias kubectl='${cluster.binaries.kube} kubectl'   # the kubectl built with the cluster, or use your own`,
+    );
+    out(
+      `  kubectl get policies -w                 # then edit one: kubectl edit policy ${FAILING[0]}`,
+    );
     out(`  kubectl describe policy ${FAILING[1]}    # conditions and Events`);
     out('');
     out(`  status page:  http://127.0.0.1:${httpPort}/`);
@@ -211,7 +277,12 @@ const explanation = `
     error. They will not converge without a change, and they have no webhook.
 `;
 
-const indent = (text: string) => text.trimEnd().split('\n').map((l) => `  ${l}`).join('\n') + '\n';
+const indent = (text: string) =>
+  text
+    .trimEnd()
+    .split('\n')
+    .map((l) => `  ${l}`)
+    .join('\n') + '\n';
 
 function tryKubectl(cluster: ClusterState, args: string[]): { ok: boolean; output: string } {
   try {
@@ -226,9 +297,13 @@ function tryKubectl(cluster: ClusterState, args: string[]): { ok: boolean; outpu
 function waitFor(cluster: ClusterState, deadline: number, args: string[]): Promise<void> {
   const seconds = Math.max(1, Math.ceil((deadline - Date.now()) / 1000));
   return new Promise((resolve, reject) => {
-    const child = spawn(cluster.binaries.kube, ['kubectl', `--kubeconfig=${cluster.kubeconfig}`, 'wait', ...args, `--timeout=${seconds}s`], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
+    const child = spawn(
+      cluster.binaries.kube,
+      ['kubectl', `--kubeconfig=${cluster.kubeconfig}`, 'wait', ...args, `--timeout=${seconds}s`],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
     let stderr = '';
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     child.on('error', reject);
@@ -253,7 +328,14 @@ function waitFor(cluster: ClusterState, deadline: number, args: string[]): Promi
 async function untilWebhookActive(cluster: ClusterState): Promise<void> {
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
-    const probe = tryKubectl(cluster, ['run', 'probe', '--image=nginx', '-n', DEMO_NAMESPACE, '--dry-run=server']);
+    const probe = tryKubectl(cluster, [
+      'run',
+      'probe',
+      '--image=nginx',
+      '-n',
+      DEMO_NAMESPACE,
+      '--dry-run=server',
+    ]);
     if (!probe.ok) return;
     await new Promise((r) => setTimeout(r, 250));
   }
@@ -275,12 +357,18 @@ function startChild(name: string, logDir: string, args: string[]): Child {
   const log = join(logDir, `${name}.log`);
   const fd = openSync(log, 'w'); // this run's log only, so a crash shows its own tail
   // Its own process group: Ctrl-C reaches only the demo, which stops the children in order.
-  const child = spawn(process.execPath, [join(repoRoot, 'cli', 'rollcall.ts'), ...args], { cwd: repoRoot, stdio: ['ignore', fd, fd], detached: true });
+  const child = spawn(process.execPath, [join(repoRoot, 'cli', 'rollcall.ts'), ...args], {
+    cwd: repoRoot,
+    stdio: ['ignore', fd, fd],
+    detached: true,
+  });
   closeSync(fd);
   const died = new Promise<never>((_, reject) =>
     child.once('exit', (code, signal) => {
       const tail = readFileSync(log, 'utf8').trimEnd().split('\n').slice(-8).join('\n');
-      reject(new Error(`${name} exited (${signal ?? `code ${code}`}); the end of ${log}:\n${tail}`));
+      reject(
+        new Error(`${name} exited (${signal ?? `code ${code}`}); the end of ${log}:\n${tail}`),
+      );
     }),
   );
   died.catch(() => {});

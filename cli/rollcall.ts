@@ -16,8 +16,14 @@ interface Command {
 
 const COMMANDS: Record<string, Command> = {
   status: { summary: 'print the kstatus of objects in YAML/JSON files', run: runStatus },
-  run: { summary: 'run watcher, workers and the HTTP server in one process', run: serveRoles(['watcher', 'worker']) },
-  watcher: { summary: 'watch the cluster and enqueue keys (leader-elected)', run: serveRoles(['watcher']) },
+  run: {
+    summary: 'run watcher, workers and the HTTP server in one process',
+    run: serveRoles(['watcher', 'worker']),
+  },
+  watcher: {
+    summary: 'watch the cluster and enqueue keys (leader-elected)',
+    run: serveRoles(['watcher']),
+  },
   worker: { summary: 'process keys with the reconcile functions', run: serveRoles(['worker']) },
   sim: { summary: 'simulated policy servers for the local cluster (dev tooling)', run: runSim },
   'install-crds': { summary: "apply rollcall's CRDs to the cluster", run: runInstallCrds },

@@ -20,7 +20,9 @@ const wantsHelp = (argv: readonly string[]) => argv.includes('--help') || argv.i
 export function serveRoles(roles: readonly Role[]) {
   return async (argv: readonly string[], io: StatusIo): Promise<number> => {
     if (wantsHelp(argv)) {
-      io.stdout(`usage: rollcall ${roles.length > 1 ? 'run' : roles[0]} [options]\n\n${configHelp}\n`);
+      io.stdout(
+        `usage: rollcall ${roles.length > 1 ? 'run' : roles[0]} [options]\n\n${configHelp}\n`,
+      );
       return 0;
     }
     let config;
@@ -77,7 +79,9 @@ export async function runSim(argv: readonly string[], io: StatusIo): Promise<num
   });
   const admissionPort = Number(values['admission-port']);
   if (!Number.isInteger(admissionPort) || admissionPort < 0 || admissionPort > 65535) {
-    io.stderr(`rollcall sim: --admission-port must be a port number, got ${JSON.stringify(values['admission-port'])}\n`);
+    io.stderr(
+      `rollcall sim: --admission-port must be a port number, got ${JSON.stringify(values['admission-port'])}\n`,
+    );
     return 2;
   }
   const cert = values['tls-cert-file'];
@@ -94,9 +98,20 @@ export async function runSim(argv: readonly string[], io: StatusIo): Promise<num
   });
   sim.start();
   const admission =
-    cert && key ? await startAdmissionServer({ port: admissionPort, certFile: cert, keyFile: key, policy: (name) => sim.policy(name), logger }) : undefined;
+    cert && key
+      ? await startAdmissionServer({
+          port: admissionPort,
+          certFile: cert,
+          keyFile: key,
+          policy: (name) => sim.policy(name),
+          logger,
+        })
+      : undefined;
   const address = admission?.address();
-  logger.info({ admissionPort: typeof address === 'object' ? address?.port : undefined }, 'simulated policy servers running');
+  logger.info(
+    { admissionPort: typeof address === 'object' ? address?.port : undefined },
+    'simulated policy servers running',
+  );
   await terminated();
   // The apiserver keeps connections alive; close them too, or the process lingers.
   admission?.close();
@@ -107,10 +122,15 @@ export async function runSim(argv: readonly string[], io: StatusIo): Promise<num
 
 export async function runInstallCrds(argv: readonly string[], io: StatusIo): Promise<number> {
   if (wantsHelp(argv)) {
-    io.stdout('usage: rollcall install-crds [--kubeconfig PATH]\n\nApplies the PolicyServer and Policy CRDs (server-side apply) and waits until they are served.\n');
+    io.stdout(
+      'usage: rollcall install-crds [--kubeconfig PATH]\n\nApplies the PolicyServer and Policy CRDs (server-side apply) and waits until they are served.\n',
+    );
     return 0;
   }
   const { values } = parseArgs({ args: [...argv], options: { kubeconfig: { type: 'string' } } });
-  await installCrds(loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG), createLogger('info'));
+  await installCrds(
+    loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG),
+    createLogger('info'),
+  );
   return 0;
 }

@@ -50,7 +50,9 @@ export async function ensureBinaries(log: Log = console.error): Promise<Binaries
   mkdirSync(outDir, { recursive: true });
 
   if (!existsSync(kube)) {
-    log(`building kube ${kubernetesVersion} (etcd, apiserver, controller manager, scheduler, kubectl) with ${go}`);
+    log(
+      `building kube ${kubernetesVersion} (etcd, apiserver, controller manager, scheduler, kubectl) with ${go}`,
+    );
     log('a cold build takes 10-20 minutes on 2 cores; later runs reuse the cache');
     const [major, minor] = kubernetesVersion.slice(1).split('.');
     const x = (v: string) => `-X k8s.io/component-base/version.${v}`;
@@ -62,16 +64,27 @@ export async function ensureBinaries(log: Log = console.error): Promise<Binaries
       `${x('gitTreeState')}=clean`,
       `-X k8s.io/client-go/pkg/version.gitVersion=${kubernetesVersion}`,
     ].join(' ');
-    await goBuild(['build', '-trimpath', '-ldflags', ldflags, '-o', `${kube}.partial`, '.'], goModuleDir, 'kube', log);
+    await goBuild(
+      ['build', '-trimpath', '-ldflags', ldflags, '-o', `${kube}.partial`, '.'],
+      goModuleDir,
+      'kube',
+      log,
+    );
     renameSync(`${kube}.partial`, kube);
   }
 
   if (!existsSync(kwok)) {
     log(`building kwok ${kwokVersion}`);
     const gobin = join(outDir, 'gobin');
-    await goBuild(['install', '-trimpath', '-ldflags', '-s -w', `sigs.k8s.io/kwok/cmd/kwok@${kwokVersion}`], repoRoot, 'kwok', log, {
-      GOBIN: gobin,
-    });
+    await goBuild(
+      ['install', '-trimpath', '-ldflags', '-s -w', `sigs.k8s.io/kwok/cmd/kwok@${kwokVersion}`],
+      repoRoot,
+      'kwok',
+      log,
+      {
+        GOBIN: gobin,
+      },
+    );
     renameSync(join(gobin, 'kwok'), kwok);
     rmSync(gobin, { recursive: true, force: true });
   }
@@ -84,12 +97,19 @@ function kwokModuleDir(): string {
     encoding: 'utf8',
     cwd: repoRoot,
   });
-  if (out.status !== 0) throw new Error(`go mod download sigs.k8s.io/kwok@${kwokVersion} failed:\n${out.stderr}`);
+  if (out.status !== 0)
+    throw new Error(`go mod download sigs.k8s.io/kwok@${kwokVersion} failed:\n${out.stderr}`);
   return (JSON.parse(out.stdout) as { Dir: string }).Dir;
 }
 
 /** Runs a go build, printing how many packages are done every 15 s so a long build shows life. */
-function goBuild(args: string[], cwd: string, what: string, log: Log, env: Record<string, string> = {}): Promise<void> {
+function goBuild(
+  args: string[],
+  cwd: string,
+  what: string,
+  log: Log,
+  env: Record<string, string> = {},
+): Promise<void> {
   return new Promise((resolveBuild, reject) => {
     const started = Date.now();
     const child = spawn('go', [args[0]!, '-v', ...args.slice(1)], {

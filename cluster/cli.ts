@@ -30,7 +30,10 @@ async function main(argv: string[]): Promise<number> {
       }
       console.log(`apiserver:  ${s.server} (${s.healthy ? 'ready' : 'NOT ready'})`);
       console.log(`kubeconfig: ${s.kubeconfig}`);
-      for (const c of s.components) console.log(`  ${c.name.padEnd(24)} pid ${String(c.pid ?? '-').padEnd(8)} ${c.alive ? 'running' : 'STOPPED'}`);
+      for (const c of s.components)
+        console.log(
+          `  ${c.name.padEnd(24)} pid ${String(c.pid ?? '-').padEnd(8)} ${c.alive ? 'running' : 'STOPPED'}`,
+        );
       return s.healthy ? 0 : 1;
     }
     case 'build': {
@@ -44,7 +47,11 @@ async function main(argv: string[]): Promise<number> {
         console.error('no local cluster is running: start it with `npm run cluster -- up`');
         return 1;
       }
-      const res = spawnSync(state.binaries.kube, ['kubectl', `--kubeconfig=${state.kubeconfig}`, ...rest], { stdio: 'inherit' });
+      const res = spawnSync(
+        state.binaries.kube,
+        ['kubectl', `--kubeconfig=${state.kubeconfig}`, ...rest],
+        { stdio: 'inherit' },
+      );
       return res.status ?? 1;
     }
     default:

@@ -1,7 +1,15 @@
 // Starts and stops the local control plane: etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and kwok with one fake node, all on loopback with free ports.
 import { spawn, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { request } from 'node:https';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
@@ -14,7 +22,13 @@ import { freePort } from './ports.ts';
 
 type Log = (line: string) => void;
 
-const components = ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kwok'] as const;
+const components = [
+  'etcd',
+  'kube-apiserver',
+  'kube-controller-manager',
+  'kube-scheduler',
+  'kwok',
+] as const;
 type Component = (typeof components)[number];
 
 /** What `up` records so that `down`, `status` and `kubectl` find the running cluster. */
@@ -23,7 +37,14 @@ export interface ClusterState {
   kubeconfig: string;
   server: string;
   binaries: Binaries;
-  ports: { etcd: number; etcdPeer: number; apiserver: number; controllerManager: number; scheduler: number; kwok: number };
+  ports: {
+    etcd: number;
+    etcdPeer: number;
+    apiserver: number;
+    controllerManager: number;
+    scheduler: number;
+    kwok: number;
+  };
   pids: Partial<Record<Component, number>>;
 }
 
@@ -72,7 +93,14 @@ export async function up(dir = localDir, log: Log = console.error): Promise<Clus
     kwok: await freePort(),
   };
   const server = `https://127.0.0.1:${ports.apiserver}`;
-  const state: ClusterState = { dir, kubeconfig: join(dir, 'kubeconfig'), server, binaries, ports, pids: {} };
+  const state: ClusterState = {
+    dir,
+    kubeconfig: join(dir, 'kubeconfig'),
+    server,
+    binaries,
+    ports,
+    pids: {},
+  };
   const save = () => writeFileSync(stateFile(dir), JSON.stringify(state, null, 2));
 
   const start = (name: Component, binary: string, args: string[]) => {
@@ -159,7 +187,11 @@ export async function up(dir = localDir, log: Log = console.error): Promise<Clus
     ]);
 
     kubectl(state, ['apply', '-f', '-'], toYaml(fakeNode()));
-    await waitFor('the default namespace', () => kubectlOk(state, ['get', 'namespace', 'default']), state);
+    await waitFor(
+      'the default namespace',
+      () => kubectlOk(state, ['get', 'namespace', 'default']),
+      state,
+    );
     await waitFor(`node ${fakeNodeName} to be Ready`, () => nodeReady(state), state);
     log(`cluster ready: ${server}, kubeconfig ${state.kubeconfig}`);
     return state;
@@ -177,7 +209,10 @@ export async function down(dir = localDir, log: Log = console.error): Promise<vo
     return;
   }
   // Stop in reverse start order so that clients go before the servers they talk to.
-  const pids = [...components].reverse().map((c) => state.pids[c]).filter((p): p is number => alive(p));
+  const pids = [...components]
+    .reverse()
+    .map((c) => state.pids[c])
+    .filter((p): p is number => alive(p));
   for (const pid of pids) signal(pid, 'SIGTERM');
   const deadline = Date.now() + 10_000;
   while (pids.some(alive) && Date.now() < deadline) await sleep(100);
@@ -199,7 +234,11 @@ export interface ClusterStatus {
 export async function status(dir = localDir): Promise<ClusterStatus> {
   const state = readState(dir);
   if (!state) return { running: false, healthy: false, components: [] };
-  const list = components.map((name) => ({ name, pid: state.pids[name], alive: alive(state.pids[name]) }));
+  const list = components.map((name) => ({
+    name,
+    pid: state.pids[name],
+    alive: alive(state.pids[name]),
+  }));
   return {
     running: list.some((c) => c.alive),
     healthy: list.every((c) => c.alive) && (await healthy(state)),
@@ -211,11 +250,16 @@ export async function status(dir = localDir): Promise<ClusterStatus> {
 
 /** Runs the built kubectl against the cluster; returns its output or throws with stderr. */
 export function kubectl(state: ClusterState, args: string[], input?: string): string {
-  const out = spawnSync(state.binaries.kube, ['kubectl', `--kubeconfig=${state.kubeconfig}`, ...args], {
-    input,
-    encoding: 'utf8',
-  });
-  if (out.status !== 0) throw new Error(`kubectl ${args.join(' ')} failed: ${out.stderr || out.error?.message}`);
+  const out = spawnSync(
+    state.binaries.kube,
+    ['kubectl', `--kubeconfig=${state.kubeconfig}`, ...args],
+    {
+      input,
+      encoding: 'utf8',
+    },
+  );
+  if (out.status !== 0)
+    throw new Error(`kubectl ${args.join(' ')} failed: ${out.stderr || out.error?.message}`);
   return out.stdout;
 }
 
@@ -230,7 +274,13 @@ function kubectlOk(state: ClusterState, args: string[]): boolean {
 
 function nodeReady(state: ClusterState): boolean {
   try {
-    const out = kubectl(state, ['get', 'node', fakeNodeName, '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].status}']);
+    const out = kubectl(state, [
+      'get',
+      'node',
+      fakeNodeName,
+      '-o',
+      'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+    ]);
     return out.trim() === 'True';
   } catch {
     return false;
@@ -254,7 +304,12 @@ function fakeNode() {
     metadata: {
       name: fakeNodeName,
       annotations: { 'kwok.x-k8s.io/node': 'fake', 'node.alpha.kubernetes.io/ttl': '0' },
-      labels: { type: 'kwok', 'kubernetes.io/hostname': fakeNodeName, 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64' },
+      labels: {
+        type: 'kwok',
+        'kubernetes.io/hostname': fakeNodeName,
+        'kubernetes.io/os': 'linux',
+        'kubernetes.io/arch': 'amd64',
+      },
     },
     status: {
       allocatable: { cpu: '64', memory: '256Gi', pods: '20000' },
@@ -282,7 +337,11 @@ function writeKwokStages(binaries: Binaries, dir: string): string[] {
       spec: { selector: { matchExpressions: unknown[] } };
     };
     if (stage.metadata.name === 'pod-ready') {
-      stage.spec.selector.matchExpressions.push({ key: '.spec.containers.[].image', operator: 'NotIn', values: ['sim://never-ready'] });
+      stage.spec.selector.matchExpressions.push({
+        key: '.spec.containers.[].image',
+        operator: 'NotIn',
+        values: ['sim://never-ready'],
+      });
     }
     const file = join(dir, 'kwok', parts[parts.length - 1]!);
     writeFileSync(file, toYaml(stage));
@@ -294,7 +353,15 @@ function kubeconfig(server: string, pki: Pki, user: string): string {
   return toYaml({
     apiVersion: 'v1',
     kind: 'Config',
-    clusters: [{ name: 'rollcall-local', cluster: { server, 'certificate-authority-data': readFileSync(pki.caCert).toString('base64') } }],
+    clusters: [
+      {
+        name: 'rollcall-local',
+        cluster: {
+          server,
+          'certificate-authority-data': readFileSync(pki.caCert).toString('base64'),
+        },
+      },
+    ],
     users: [{ name: user, user: { token: tokenFor(pki, user) } }],
     contexts: [{ name: 'rollcall-local', context: { cluster: 'rollcall-local', user } }],
     'current-context': 'rollcall-local',
@@ -323,15 +390,25 @@ function signal(pid: number, sig: NodeJS.Signals): void {
   }
 }
 
-async function waitFor(what: string, check: () => boolean | Promise<boolean>, state: ClusterState, timeoutMs = 60_000): Promise<void> {
+async function waitFor(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  state: ClusterState,
+  timeoutMs = 60_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (await check()) return;
     const dead = components.find((c) => state.pids[c] && !alive(state.pids[c]));
-    if (dead) throw new Error(`${dead} exited while waiting for ${what}; see ${join(state.dir, 'logs', `${dead}.log`)}`);
+    if (dead)
+      throw new Error(
+        `${dead} exited while waiting for ${what}; see ${join(state.dir, 'logs', `${dead}.log`)}`,
+      );
     await sleep(200);
   }
-  throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}; logs are in ${join(state.dir, 'logs')}`);
+  throw new Error(
+    `timed out after ${timeoutMs / 1000} s waiting for ${what}; logs are in ${join(state.dir, 'logs')}`,
+  );
 }
 
 function httpOk(url: string): Promise<boolean> {
@@ -350,7 +427,11 @@ function apiOk(state: ClusterState, pki: Pki, path: string): Promise<boolean> {
   return new Promise((resolveOk) => {
     const req = request(
       `${state.server}${path}`,
-      { ca: readFileSync(pki.caCert), headers: { authorization: `Bearer ${tokenFor(pki, 'admin')}` }, timeout: 2000 },
+      {
+        ca: readFileSync(pki.caCert),
+        headers: { authorization: `Bearer ${tokenFor(pki, 'admin')}` },
+        timeout: 2000,
+      },
       (res) => {
         res.resume();
         resolveOk(res.statusCode === 200);

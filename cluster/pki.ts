@@ -21,7 +21,10 @@ function openssl(args: string[], cwd: string): void {
     execFileSync('openssl', args, { cwd, stdio: ['ignore', 'ignore', 'pipe'] });
   } catch (err) {
     const e = err as NodeJS.ErrnoException & { stderr?: Buffer };
-    if (e.code === 'ENOENT') throw new Error('openssl is needed to make the local cluster certificates: apt-get install -y openssl');
+    if (e.code === 'ENOENT')
+      throw new Error(
+        'openssl is needed to make the local cluster certificates: apt-get install -y openssl',
+      );
     throw new Error(`openssl ${args[0]} failed: ${e.stderr?.toString() ?? e.message}`);
   }
 }
@@ -30,7 +33,12 @@ function openssl(args: string[], cwd: string): void {
  * Issues a certificate signed by the CA in dir. Used for the apiserver and for the simulated
  * policy servers' webhook endpoints.
  */
-export function issueCertificate(dir: string, name: string, cn: string, sans: string[]): { cert: string; key: string } {
+export function issueCertificate(
+  dir: string,
+  name: string,
+  cn: string,
+  sans: string[],
+): { cert: string; key: string } {
   const cert = join(dir, `${name}.crt`);
   const key = join(dir, `${name}.key`);
   const ext = join(dir, `${name}.ext`);
@@ -43,9 +51,40 @@ export function issueCertificate(dir: string, name: string, cn: string, sans: st
       `subjectAltName=${sans.join(',')}`,
     ].join('\n'),
   );
-  openssl(['req', '-new', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-subj', `/CN=${cn}`, '-out', `${name}.csr`], dir);
   openssl(
-    ['x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '3650', '-extfile', ext, '-out', cert],
+    [
+      'req',
+      '-new',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-keyout',
+      key,
+      '-subj',
+      `/CN=${cn}`,
+      '-out',
+      `${name}.csr`,
+    ],
+    dir,
+  );
+  openssl(
+    [
+      'x509',
+      '-req',
+      '-in',
+      `${name}.csr`,
+      '-CA',
+      'ca.crt',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-days',
+      '3650',
+      '-extfile',
+      ext,
+      '-out',
+      cert,
+    ],
     dir,
   );
   return { cert, key };
@@ -65,14 +104,38 @@ export function ensurePki(dir: string): Pki {
     tokenFile: join(dir, 'tokens.csv'),
   };
   if (!existsSync(pki.caCert)) {
-    openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '3650', '-subj', '/CN=rollcall-local-ca'], dir);
+    openssl(
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-keyout',
+        'ca.key',
+        '-out',
+        'ca.crt',
+        '-days',
+        '3650',
+        '-subj',
+        '/CN=rollcall-local-ca',
+      ],
+      dir,
+    );
   }
   if (!existsSync(pki.servingCert)) {
-    issueCertificate(dir, 'apiserver', 'kube-apiserver', ['IP:127.0.0.1', 'DNS:localhost', 'IP:10.0.0.1', 'DNS:kubernetes.default.svc']);
+    issueCertificate(dir, 'apiserver', 'kube-apiserver', [
+      'IP:127.0.0.1',
+      'DNS:localhost',
+      'IP:10.0.0.1',
+      'DNS:kubernetes.default.svc',
+    ]);
   }
   if (!existsSync(pki.serviceAccountKey)) {
     const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
-    writeFileSync(pki.serviceAccountKey, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600 });
+    writeFileSync(pki.serviceAccountKey, privateKey.export({ type: 'pkcs8', format: 'pem' }), {
+      mode: 0o600,
+    });
     writeFileSync(pki.serviceAccountPub, publicKey.export({ type: 'spki', format: 'pem' }));
   }
   if (!existsSync(pki.tokenFile)) {
@@ -87,7 +150,9 @@ export function ensurePki(dir: string): Pki {
 
 /** The static token of one of the users in tokens.csv. */
 export function tokenFor(pki: Pki, user: string): string {
-  const line = readFileSync(pki.tokenFile, 'utf8').split('\n').find((l) => l.split(',')[1] === user);
+  const line = readFileSync(pki.tokenFile, 'utf8')
+    .split('\n')
+    .find((l) => l.split(',')[1] === user);
   if (!line) throw new Error(`no token for ${user} in ${pki.tokenFile}`);
   return line.split(',')[0]!;
 }

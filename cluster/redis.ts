@@ -30,12 +30,18 @@ export const defaultRedisDir = join(repoRoot, '.rollcall', 'local', 'redis');
 /** Flags every private instance runs with; noeviction because BullMQ must never lose keys. */
 export function redisServerArgs(port: number, dir: string): string[] {
   return [
-    '--port', String(port),
-    '--bind', '127.0.0.1',
-    '--save', '',
-    '--appendonly', 'no',
-    '--maxmemory-policy', 'noeviction',
-    '--dir', dir,
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--save',
+    '',
+    '--appendonly',
+    'no',
+    '--maxmemory-policy',
+    'noeviction',
+    '--dir',
+    dir,
   ];
 }
 
@@ -58,7 +64,9 @@ export async function startRedis(opts: StartRedisOptions = {}): Promise<RunningR
     } catch (err) {
       child.kill('SIGKILL');
       if (attempt < 3 && /in use/i.test(output)) continue;
-      throw new Error(`redis-server did not start: ${(err as Error).message}\n${output.slice(-2000)}`);
+      throw new Error(
+        `redis-server did not start: ${(err as Error).message}\n${output.slice(-2000)}`,
+      );
     }
     const url = `redis://127.0.0.1:${port}`;
     log(`redis-server ${child.pid} listening on ${url}`);
@@ -81,14 +89,21 @@ export async function ensureRedisServer(log: (line: string) => void = () => {}):
   }
   log('redis-server not found: installing Debian package redis-server');
   await run('apt-get', ['update'], log);
-  await run('apt-get', ['install', '-y', 'redis-server'], log, { DEBIAN_FRONTEND: 'noninteractive' });
+  await run('apt-get', ['install', '-y', 'redis-server'], log, {
+    DEBIAN_FRONTEND: 'noninteractive',
+  });
   const installed = findRedisServer();
   if (!installed) throw new Error('apt-get installed redis-server but it is not on PATH');
   return installed;
 }
 
 function findRedisServer(): string | undefined {
-  const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/bin', '/usr/sbin', '/usr/local/bin'];
+  const dirs = [
+    ...(process.env.PATH ?? '').split(delimiter),
+    '/usr/bin',
+    '/usr/sbin',
+    '/usr/local/bin',
+  ];
   for (const dir of dirs) {
     if (!dir) continue;
     const candidate = join(dir, 'redis-server');
@@ -102,9 +117,17 @@ function findRedisServer(): string | undefined {
   return undefined;
 }
 
-function run(cmd: string, args: string[], log: (line: string) => void, env: Record<string, string> = {}): Promise<void> {
+function run(
+  cmd: string,
+  args: string[],
+  log: (line: string) => void,
+  env: Record<string, string> = {},
+): Promise<void> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+    const child = spawn(cmd, args, {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...env },
+    });
     const forward = (chunk: Buffer) => {
       for (const line of chunk.toString().split('\n')) if (line.trim()) log(`${cmd}: ${line}`);
     };
@@ -112,14 +135,19 @@ function run(cmd: string, args: string[], log: (line: string) => void, env: Reco
     child.stderr.on('data', forward);
     child.on('error', reject);
     child.on('exit', (code) =>
-      code === 0 ? resolvePromise() : reject(new Error(`${cmd} ${args.join(' ')} exited with ${code}`)),
+      code === 0
+        ? resolvePromise()
+        : reject(new Error(`${cmd} ${args.join(' ')} exited with ${code}`)),
     );
   });
 }
 
-
 /** Resolves once `PING` answers `+PONG`; rejects when the child exits or after the timeout. */
-export async function waitForPing(port: number, child?: ChildProcess, timeoutMs = 10_000): Promise<void> {
+export async function waitForPing(
+  port: number,
+  child?: ChildProcess,
+  timeoutMs = 10_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (child && child.exitCode !== null) throw new Error(`exited with code ${child.exitCode}`);
@@ -160,12 +188,18 @@ function stopChild(child: ChildProcess): Promise<void> {
 }
 
 /** Starts a private redis-server detached from this process (for `npm run redis -- up`). */
-export async function startDetachedRedis(dir: string, logFile: string): Promise<{ url: string; pid: number; port: number }> {
+export async function startDetachedRedis(
+  dir: string,
+  logFile: string,
+): Promise<{ url: string; pid: number; port: number }> {
   const server = await ensureRedisServer((line) => console.error(line));
   mkdirSync(dir, { recursive: true });
   const port = await freePort();
   const out = openSync(logFile, 'a');
-  const child = spawn(server, redisServerArgs(port, dir), { detached: true, stdio: ['ignore', out, out] });
+  const child = spawn(server, redisServerArgs(port, dir), {
+    detached: true,
+    stdio: ['ignore', out, out],
+  });
   closeSync(out);
   child.unref();
   try {

@@ -94,14 +94,7 @@ export function computePolicy(input: PolicyCoreInput): PolicyDecision {
     )
     .sort((a, b) => (a.pod < b.pod ? -1 : a.pod > b.pod ? 1 : 0));
 
-  const decided = decide(
-    input,
-    replicas,
-    readyReplicas,
-    failures,
-    generation,
-    desired,
-  );
+  const decided = decide(input, replicas, readyReplicas, failures, generation, desired);
   const { webhook } = decided;
   const servedGeneration =
     webhook.kind === 'serve'

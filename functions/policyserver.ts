@@ -18,7 +18,9 @@ export const policyServer: ReconcileFunction = {
   keysFor(event) {
     switch (event.kind) {
       case 'PolicyServer':
-        return [nameOf(event.object)].filter((n) => n !== undefined).map((n) => `policyserver/${n}`);
+        return [nameOf(event.object)]
+          .filter((n) => n !== undefined)
+          .map((n) => `policyserver/${n}`);
       case 'Deployment': {
         const server = event.object.metadata?.labels?.[POLICY_SERVER_LABEL];
         return server ? [`policyserver/${server}`] : [];
@@ -35,19 +37,38 @@ export const policyServer: ReconcileFunction = {
     const server = view.policyServer;
     if (!server) return done(); // deleted: owner references remove its Deployment and Service
 
-    const plan = planPolicyServer(server, view.deployment, { namespace: ctx.config.namespace }, ctx.now());
+    const plan = planPolicyServer(
+      server,
+      view.deployment,
+      { namespace: ctx.config.namespace },
+      ctx.now(),
+    );
     // Apply only when what rollcall wants changed: the Deployment carries a hash of it.
-    const hash = createHash('sha256').update(JSON.stringify([plan.deployment, plan.service])).digest('hex').slice(0, 16);
+    const hash = createHash('sha256')
+      .update(JSON.stringify([plan.deployment, plan.service]))
+      .digest('hex')
+      .slice(0, 16);
     if (view.deployment?.metadata?.annotations?.[APPLIED_HASH_ANNOTATION] !== hash) {
-      const deployment = { ...plan.deployment, metadata: { ...plan.deployment.metadata, annotations: { ...plan.deployment.metadata?.annotations, [APPLIED_HASH_ANNOTATION]: hash } } };
+      const deployment = {
+        ...plan.deployment,
+        metadata: {
+          ...plan.deployment.metadata,
+          annotations: {
+            ...plan.deployment.metadata?.annotations,
+            [APPLIED_HASH_ANNOTATION]: hash,
+          },
+        },
+      };
       await ctx.kube.apply(plan.service);
       await ctx.kube.apply(deployment);
     }
     if (!isDeepStrictEqual(plan.status, server.status)) {
       await ctx.kube.patchStatus('policyservers', name, plan.status, server.status);
-      ctx.log.info({ summary: plan.status.summary, ready: plan.status.ready }, 'policy server status written');
+      ctx.log.info(
+        { summary: plan.status.summary, ready: plan.status.ready },
+        'policy server status written',
+      );
     }
     return done();
   },
 };
-

@@ -7,7 +7,13 @@ import type { ProjectionStore } from '../projections/store.ts';
 import type { KubeWriter } from './kube-writer.ts';
 
 /** The kinds the watcher watches. */
-export type WatchedKind = 'Policy' | 'PolicyServer' | 'Deployment' | 'ReplicaSet' | 'Pod' | 'ValidatingWebhookConfiguration';
+export type WatchedKind =
+  | 'Policy'
+  | 'PolicyServer'
+  | 'Deployment'
+  | 'ReplicaSet'
+  | 'Pod'
+  | 'ValidatingWebhookConfiguration';
 
 export interface WatchedObject {
   metadata?: { name?: string; labels?: Record<string, string> };

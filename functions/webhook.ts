@@ -23,14 +23,23 @@ export const webhook: ReconcileFunction = {
     if (view.invalid) return terminal(`Policy ${name} could not be read: ${view.invalid}`);
 
     const intent = view.policy
-      ? computePolicy({ ...view, policy: view.policy, servedGeneration: servedGenerationOf(view.webhook, view.policy), now: ctx.now() }).webhook
+      ? computePolicy({
+          ...view,
+          policy: view.policy,
+          servedGeneration: servedGenerationOf(view.webhook, view.policy),
+          now: ctx.now(),
+        }).webhook
       : ({ kind: 'absent' } as const);
     const plan = planWebhook({
       policy: view.policy,
       policyServer: view.policyServer,
       intent,
       existing: view.webhook,
-      options: { namespace: ctx.config.namespace, url: ctx.config.webhookUrl, caBundle: ctx.config.webhookCaBundle },
+      options: {
+        namespace: ctx.config.namespace,
+        url: ctx.config.webhookUrl,
+        caBundle: ctx.config.webhookCaBundle,
+      },
     });
     switch (plan.action) {
       case 'keep':
@@ -42,7 +51,10 @@ export const webhook: ReconcileFunction = {
       case 'create':
       case 'update':
         await ctx.kube.apply(plan.webhook);
-        ctx.log.info({ webhook: webhookConfigurationName(name), action: plan.action }, 'webhook applied');
+        ctx.log.info(
+          { webhook: webhookConfigurationName(name), action: plan.action },
+          'webhook applied',
+        );
         return done();
     }
   },

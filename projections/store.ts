@@ -10,10 +10,16 @@
 import type { Redis } from 'ioredis';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../api/constants.ts';
 import type { Deployment, ObjectMeta, Pod, ReplicaSet } from '../api/kube.ts';
-import { policySchema, policyServerSchema, type Policy, type PolicyServer } from '../api/v1alpha1.ts';
+import {
+  policySchema,
+  policyServerSchema,
+  type Policy,
+  type PolicyServer,
+} from '../api/v1alpha1.ts';
 import type { ExistingWebhook } from '../functions/webhook-core.ts';
 
-export type ProjectedKind = 'policy' | 'policyserver' | 'deployment' | 'replicaset' | 'webhook' | 'pod';
+export type ProjectedKind =
+  'policy' | 'policyserver' | 'deployment' | 'replicaset' | 'webhook' | 'pod';
 
 /** Everything the policy and webhook functions need about one Policy. */
 export interface PolicyView {
@@ -47,7 +53,14 @@ interface Meta {
 }
 
 function meta(m: Meta | undefined, annotations?: string[]): Meta {
-  const kept = annotations && m?.annotations ? Object.fromEntries(annotations.flatMap((a) => (m.annotations?.[a] !== undefined ? [[a, m.annotations[a]]] : []))) : m?.annotations;
+  const kept =
+    annotations && m?.annotations
+      ? Object.fromEntries(
+          annotations.flatMap((a) =>
+            m.annotations?.[a] !== undefined ? [[a, m.annotations[a]]] : [],
+          ),
+        )
+      : m?.annotations;
   return {
     name: m?.name,
     namespace: m?.namespace,
@@ -62,7 +75,12 @@ function meta(m: Meta | undefined, annotations?: string[]): Meta {
   };
 }
 
-type AnyObject = { metadata?: Meta; spec?: Record<string, unknown>; status?: Record<string, unknown>; webhooks?: unknown } & Record<string, unknown>;
+type AnyObject = {
+  metadata?: Meta;
+  spec?: Record<string, unknown>;
+  status?: Record<string, unknown>;
+  webhooks?: unknown;
+} & Record<string, unknown>;
 
 /** apiVersion and kind per projection: list responses leave them out of their items. */
 const typeMeta: Record<ProjectedKind, { apiVersion: string; kind: string }> = {
@@ -71,7 +89,10 @@ const typeMeta: Record<ProjectedKind, { apiVersion: string; kind: string }> = {
   deployment: { apiVersion: 'apps/v1', kind: 'Deployment' },
   replicaset: { apiVersion: 'apps/v1', kind: 'ReplicaSet' },
   pod: { apiVersion: 'v1', kind: 'Pod' },
-  webhook: { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingWebhookConfiguration' },
+  webhook: {
+    apiVersion: 'admissionregistration.k8s.io/v1',
+    kind: 'ValidatingWebhookConfiguration',
+  },
 };
 
 /** Keeps only what the cores read: the projections stay small (a pod is a few hundred bytes). */
@@ -91,7 +112,14 @@ function compactBody(kind: ProjectedKind, obj: AnyObject): Record<string, unknow
         spec: {
           replicas: spec?.replicas,
           progressDeadlineSeconds: spec?.progressDeadlineSeconds,
-          template: { spec: { containers: spec?.template?.spec?.containers?.map((c) => ({ name: c.name, image: c.image })) } },
+          template: {
+            spec: {
+              containers: spec?.template?.spec?.containers?.map((c) => ({
+                name: c.name,
+                image: c.image,
+              })),
+            },
+          },
         },
         status: obj.status,
       };
@@ -102,7 +130,10 @@ function compactBody(kind: ProjectedKind, obj: AnyObject): Record<string, unknow
       const status = obj.status as Pod['status'];
       return {
         metadata: meta(obj.metadata, [REPORT_ANNOTATION]),
-        status: { phase: status?.phase, conditions: status?.conditions?.filter((c) => c.type === 'Ready') },
+        status: {
+          phase: status?.phase,
+          conditions: status?.conditions?.filter((c) => c.type === 'Ready'),
+        },
       };
     }
     case 'webhook':
@@ -131,7 +162,11 @@ export class ProjectionStore {
   async put(kind: ProjectedKind, obj: AnyObject): Promise<void> {
     const name = obj.metadata?.name;
     if (!name) return;
-    await this.redis.hset(this.hash(kind, kind === 'pod' ? podServer(obj) : undefined), name, JSON.stringify(compact(kind, obj)));
+    await this.redis.hset(
+      this.hash(kind, kind === 'pod' ? podServer(obj) : undefined),
+      name,
+      JSON.stringify(compact(kind, obj)),
+    );
   }
 
   async remove(kind: ProjectedKind, name: string, server?: string): Promise<void> {
@@ -149,7 +184,12 @@ export class ProjectionStore {
     for (const [kind, list] of Object.entries(objects) as [ProjectedKind, AnyObject[]][]) {
       for (const obj of list) {
         const name = obj.metadata?.name;
-        if (name) tx.hset(this.hash(kind, kind === 'pod' ? podServer(obj) : undefined), name, JSON.stringify(compact(kind, obj)));
+        if (name)
+          tx.hset(
+            this.hash(kind, kind === 'pod' ? podServer(obj) : undefined),
+            name,
+            JSON.stringify(compact(kind, obj)),
+          );
       }
     }
     tx.set(`${this.base}:synced`, new Date().toISOString());
@@ -161,7 +201,10 @@ export class ProjectionStore {
   }
 
   /** Reads what a Policy's functions need in one round trip; `undefined` while the store is not synced. */
-  async policyView(name: string, deploymentName: (server: string) => string): Promise<PolicyView | undefined> {
+  async policyView(
+    name: string,
+    deploymentName: (server: string) => string,
+  ): Promise<PolicyView | undefined> {
     const [synced, rawPolicy, rawWebhook] = (await this.redis
       .multi()
       .exists(`${this.base}:synced`)
@@ -171,7 +214,13 @@ export class ProjectionStore {
     if (!synced) return undefined;
     const webhook = rawWebhook ? (JSON.parse(rawWebhook) as ExistingWebhook) : undefined;
     const parsed = parse(policySchema, rawPolicy);
-    const base = { webhook, policyServer: undefined, deployment: undefined, replicaSets: [], pods: [] };
+    const base = {
+      webhook,
+      policyServer: undefined,
+      deployment: undefined,
+      replicaSets: [],
+      pods: [],
+    };
     if (!parsed.ok) return { ...base, policy: undefined, invalid: parsed.error };
     if (!parsed.value) return { ...base, policy: undefined };
     const policy = parsed.value;
@@ -194,7 +243,10 @@ export class ProjectionStore {
     };
   }
 
-  async policyServerView(name: string, deploymentName: string): Promise<PolicyServerView | undefined> {
+  async policyServerView(
+    name: string,
+    deploymentName: string,
+  ): Promise<PolicyServerView | undefined> {
     const [synced, rawServer, rawDeployment] = (await this.redis
       .multi()
       .exists(`${this.base}:synced`)
@@ -222,10 +274,22 @@ export class ProjectionStore {
 
 type Parsed<T> = { ok: true; value: T | undefined } | { ok: false; error: string };
 
-function parse<T>(schema: { safeParse(v: unknown): { success: true; data: T } | { success: false; error: { issues: { path: PropertyKey[]; message: string }[] } } }, raw: string | null): Parsed<T> {
+function parse<T>(
+  schema: {
+    safeParse(
+      v: unknown,
+    ):
+      | { success: true; data: T }
+      | { success: false; error: { issues: { path: PropertyKey[]; message: string }[] } };
+  },
+  raw: string | null,
+): Parsed<T> {
   if (raw === null) return { ok: true, value: undefined };
   const result = schema.safeParse(JSON.parse(raw));
   if (result.success) return { ok: true, value: result.data };
   const issue = result.error.issues[0];
-  return { ok: false, error: issue ? `${issue.path.map(String).join('.')}: ${issue.message}` : 'invalid object' };
+  return {
+    ok: false,
+    error: issue ? `${issue.path.map(String).join('.')}: ${issue.message}` : 'invalid object',
+  };
 }

@@ -16,7 +16,11 @@ export interface BackoffOptions {
 export const defaultBackoff: BackoffOptions = { baseMs: 100, capMs: 5 * 60_000, jitter: 0.2 };
 
 /** Delay before the next run after `failures` consecutive failures (failures ≥ 1). */
-export function backoffDelay(failures: number, opts: BackoffOptions = defaultBackoff, random: () => number = Math.random): number {
+export function backoffDelay(
+  failures: number,
+  opts: BackoffOptions = defaultBackoff,
+  random: () => number = Math.random,
+): number {
   const exponent = Math.max(0, failures - 1);
   // 2^exponent overflows to Infinity for huge counts; Math.min caps it either way.
   const raw = Math.min(opts.capMs, opts.baseMs * 2 ** exponent);

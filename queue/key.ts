@@ -23,14 +23,20 @@ export function parseKey(key: string): ParsedKey {
   const parts = key.split('/');
   const [fn, a, b] = parts;
   if (parts.length < 2 || parts.length > 3 || fn === undefined || a === undefined) {
-    throw new InvalidKeyError(`key ${JSON.stringify(key)} is not <function>/<name> or <function>/<namespace>/<name>`);
+    throw new InvalidKeyError(
+      `key ${JSON.stringify(key)} is not <function>/<name> or <function>/<namespace>/<name>`,
+    );
   }
   if (!functionPattern.test(fn)) {
-    throw new InvalidKeyError(`key ${JSON.stringify(key)}: function ${JSON.stringify(fn)} must match ${functionPattern}`);
+    throw new InvalidKeyError(
+      `key ${JSON.stringify(key)}: function ${JSON.stringify(fn)} must match ${functionPattern}`,
+    );
   }
   for (const segment of parts.slice(1)) {
     if (!segmentPattern.test(segment)) {
-      throw new InvalidKeyError(`key ${JSON.stringify(key)}: ${JSON.stringify(segment)} is not a valid object name`);
+      throw new InvalidKeyError(
+        `key ${JSON.stringify(key)}: ${JSON.stringify(segment)} is not a valid object name`,
+      );
     }
   }
   return b === undefined ? { function: fn, name: a } : { function: fn, namespace: a, name: b };

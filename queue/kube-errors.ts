@@ -15,7 +15,8 @@ export function isHttpStatusError(err: unknown): err is HttpStatusError {
     typeof err === 'object' &&
     err !== null &&
     typeof (err as { code?: unknown }).code === 'number' &&
-    ((err as { headers?: unknown }).headers === undefined || typeof (err as { headers?: unknown }).headers === 'object')
+    ((err as { headers?: unknown }).headers === undefined ||
+      typeof (err as { headers?: unknown }).headers === 'object')
   );
 }
 
@@ -25,7 +26,10 @@ export const defaultRetryAfterMs = 1000;
 export const maxRetryAfterMs = 10 * 60_000;
 
 /** Retry-After (RFC 9110: delay-seconds or an HTTP-date) in ms, or undefined if unusable. */
-export function parseRetryAfter(value: string | undefined, now: number = Date.now()): number | undefined {
+export function parseRetryAfter(
+  value: string | undefined,
+  now: number = Date.now(),
+): number | undefined {
   if (value === undefined) return undefined;
   const trimmed = value.trim();
   if (/^\d+$/.test(trimmed)) return Math.min(maxRetryAfterMs, Number(trimmed) * 1000);
@@ -34,7 +38,10 @@ export function parseRetryAfter(value: string | undefined, now: number = Date.no
   return Math.min(maxRetryAfterMs, Math.max(0, date - now));
 }
 
-function header(headers: Record<string, string | undefined> | undefined, name: string): string | undefined {
+function header(
+  headers: Record<string, string | undefined> | undefined,
+  name: string,
+): string | undefined {
   if (!headers) return undefined;
   for (const [key, value] of Object.entries(headers)) if (key.toLowerCase() === name) return value;
   return undefined;

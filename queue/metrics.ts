@@ -20,7 +20,12 @@ export class QueueMetrics {
 
   constructor(opts: QueueMetricsOptions) {
     const registers = [opts.registry];
-    this.adds = new Counter({ name: 'rollcall_queue_adds_total', help: 'Keys enqueued', labelNames: ['function'], registers });
+    this.adds = new Counter({
+      name: 'rollcall_queue_adds_total',
+      help: 'Keys enqueued',
+      labelNames: ['function'],
+      registers,
+    });
     this.coalescedAdds = new Counter({
       name: 'rollcall_queue_coalesced_adds_total',
       help: 'Enqueues that joined a pending run of the same key instead of adding one',

@@ -18,7 +18,10 @@ export type Outcome =
 export type OutcomeKind = Outcome['kind'];
 
 export const done = (): Outcome => ({ kind: 'done' });
-export const requeueAfter = (delayMs: number): Outcome => ({ kind: 'requeueAfter', delayMs: Math.max(0, delayMs) });
+export const requeueAfter = (delayMs: number): Outcome => ({
+  kind: 'requeueAfter',
+  delayMs: Math.max(0, delayMs),
+});
 export const retry = (error: Error): Outcome => ({ kind: 'retry', error });
 export const terminal = (reason: string): Outcome => ({ kind: 'terminal', reason });
 
@@ -33,7 +36,11 @@ export type Next =
   | { type: 'rerun'; delayMs: number; failures: number }
   | { type: 'fail'; reason: string; failures: 0 };
 
-export function nextStep(outcome: Outcome, failures: number, backoff: (failures: number) => number): Next {
+export function nextStep(
+  outcome: Outcome,
+  failures: number,
+  backoff: (failures: number) => number,
+): Next {
   switch (outcome.kind) {
     case 'done':
       return { type: 'finish', failures: 0 };

@@ -111,7 +111,10 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
     // Run again later. If an add arrived during this run, BullMQ holds a successor that
     // only starts when this job finishes: finish now so the fresh event is not delayed.
     if (await queue.successorPending(key)) return;
-    const data: JobData = outcome.kind === 'retry' ? { key, lastError: outcome.error.message, failures: next.failures } : { key };
+    const data: JobData =
+      outcome.kind === 'retry'
+        ? { key, lastError: outcome.error.message, failures: next.failures }
+        : { key };
     await job.updateData(data);
     await job.moveToDelayed(Date.now() + next.delayMs, token);
     // An add between the check above and the move found the job active and became a
@@ -120,7 +123,12 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
     throw new DelayedError();
   }
 
-  async function runHandler(key: string, fn: string, failures: number, log: Logger): Promise<Outcome> {
+  async function runHandler(
+    key: string,
+    fn: string,
+    failures: number,
+    log: Logger,
+  ): Promise<Outcome> {
     const handler = opts.handlers[fn];
     if (!handler) return terminal(`no handler for function ${JSON.stringify(fn)}`);
     let object: ParsedKey;
@@ -158,15 +166,23 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
       lockDuration,
       stalledInterval: opts.stalledIntervalMs ?? Math.max(1000, lockDuration / 2),
       maxStalledCount: opts.maxStalledCount ?? 5,
-      removeOnComplete: { age: queue.retention.completedAgeSeconds, count: queue.retention.completedCount },
+      removeOnComplete: {
+        age: queue.retention.completedAgeSeconds,
+        count: queue.retention.completedCount,
+      },
       removeOnFail: { count: queue.retention.failedCount },
     },
   );
   worker.on('error', (err) => logger.error({ err }, 'worker error'));
   worker.on('failed', (job, err) =>
-    logger.warn({ function: job?.name, key: job?.data.key, jobId: job?.id, reason: err.message }, 'job failed'),
+    logger.warn(
+      { function: job?.name, key: job?.data.key, jobId: job?.id, reason: err.message },
+      'job failed',
+    ),
   );
-  worker.on('stalled', (jobId) => logger.warn({ jobId }, 'job stalled (its worker died or blocked); it runs again'));
+  worker.on('stalled', (jobId) =>
+    logger.warn({ jobId }, 'job stalled (its worker died or blocked); it runs again'),
+  );
 
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> =>
@@ -178,12 +194,16 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
         new Promise<false>((resolve) => setTimeout(resolve, graceMs, false).unref()),
       ]);
       if (!finished) {
-        logger.warn({ active: inflight.size }, 'shutdown grace period over: active jobs will run again on another worker');
+        logger.warn(
+          { active: inflight.size },
+          'shutdown grace period over: active jobs will run again on another worker',
+        );
         shutdown.abort();
       }
       await worker.close(!finished);
       await queue.close();
-      for (const redis of [workerRedis, commands]) await redis.quit().catch(() => redis.disconnect());
+      for (const redis of [workerRedis, commands])
+        await redis.quit().catch(() => redis.disconnect());
     })());
 
   const onSignal = (signal: NodeJS.Signals) => {
@@ -204,7 +224,10 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
 }
 
 function logOutcome(log: Logger, outcome: Outcome, next: Next): void {
-  const fields = { outcome: outcome.kind, ...(next.type === 'rerun' ? { delayMs: next.delayMs, failures: next.failures } : {}) };
+  const fields = {
+    outcome: outcome.kind,
+    ...(next.type === 'rerun' ? { delayMs: next.delayMs, failures: next.failures } : {}),
+  };
   if (outcome.kind === 'retry') log.warn({ ...fields, err: outcome.error }, 'run failed, retrying');
   else if (outcome.kind === 'terminal') log.error(fields, `run failed for good: ${outcome.reason}`);
   else log.debug(fields, describeOutcome(outcome));

@@ -24,7 +24,11 @@ export interface RetentionOptions {
   failedCount: number;
 }
 
-export const defaultRetention: RetentionOptions = { completedAgeSeconds: 3600, completedCount: 1000, failedCount: 1000 };
+export const defaultRetention: RetentionOptions = {
+  completedAgeSeconds: 3600,
+  completedCount: 1000,
+  failedCount: 1000,
+};
 
 export interface WorkQueueOptions {
   /** Redis URL (a connection is created and closed with the queue) or a client to share. */
@@ -61,7 +65,14 @@ export interface EnqueueResult {
 }
 
 export type JobState = 'waiting' | 'active' | 'delayed' | 'prioritized' | 'completed' | 'failed';
-export const jobStates: readonly JobState[] = ['waiting', 'active', 'delayed', 'prioritized', 'completed', 'failed'];
+export const jobStates: readonly JobState[] = [
+  'waiting',
+  'active',
+  'delayed',
+  'prioritized',
+  'completed',
+  'failed',
+];
 
 export const defaultQueueName = 'reconcile';
 export const defaultPrefix = 'rollcall';
@@ -83,7 +94,10 @@ export class WorkQueue {
     this.retention = { ...defaultRetention, ...opts.retention };
     this.metrics = opts.metrics;
     this.ownsConnection = typeof opts.connection === 'string';
-    this.redis = typeof opts.connection === 'string' ? createRedis(opts.connection, 'producer') : opts.connection;
+    this.redis =
+      typeof opts.connection === 'string'
+        ? createRedis(opts.connection, 'producer')
+        : opts.connection;
     this.queue = new Queue<JobData>(this.name, {
       connection: this.redis,
       prefix: this.prefix,
@@ -96,7 +110,10 @@ export class WorkQueue {
     return {
       attempts: 5,
       backoff: { type: 'exponential', delay: 1000 },
-      removeOnComplete: { age: this.retention.completedAgeSeconds, count: this.retention.completedCount },
+      removeOnComplete: {
+        age: this.retention.completedAgeSeconds,
+        count: this.retention.completedCount,
+      },
       removeOnFail: { count: this.retention.failedCount },
     };
   }
@@ -108,7 +125,9 @@ export class WorkQueue {
     const job = await this.queue.add(
       fn,
       { key },
-      this.coalesce ? { jobId: wanted, deduplication: { id: key, keepLastIfActive: true, reschedule: true } } : { jobId: wanted },
+      this.coalesce
+        ? { jobId: wanted, deduplication: { id: key, keepLastIfActive: true, reschedule: true } }
+        : { jobId: wanted },
     );
     // BullMQ returns the existing job's id when it deduplicated the add.
     const coalesced = job.id !== wanted;
@@ -119,7 +138,10 @@ export class WorkQueue {
   /** Jobs per state (for metrics and drain checks). */
   async counts(): Promise<Record<JobState, number>> {
     const counts = await this.queue.getJobCounts(...jobStates);
-    return Object.fromEntries(jobStates.map((s) => [s, counts[s] ?? 0])) as Record<JobState, number>;
+    return Object.fromEntries(jobStates.map((s) => [s, counts[s] ?? 0])) as Record<
+      JobState,
+      number
+    >;
   }
 
   /** Keys not yet run to an end: waiting, active, delayed or prioritized jobs. */

@@ -83,11 +83,20 @@ export const configHelp = `options (flag, then environment variable, then defaul
 export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
   let values: Record<string, string | boolean | undefined>;
   try {
-    values = parseArgs({ args: argv, options: configFlags, strict: true, allowPositionals: false }).values;
+    values = parseArgs({
+      args: argv,
+      options: configFlags,
+      strict: true,
+      allowPositionals: false,
+    }).values;
   } catch (err) {
     throw new ConfigError(`${(err as Error).message}\n\n${configHelp}`);
   }
-  const str = (flag: string, envName: string | undefined, fallback?: string): string | undefined => {
+  const str = (
+    flag: string,
+    envName: string | undefined,
+    fallback?: string,
+  ): string | undefined => {
     const v = values[flag];
     if (typeof v === 'string' && v !== '') return v;
     const e = envName ? env[envName] : undefined;
@@ -96,14 +105,22 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
   const int = (flag: string, envName: string, fallback: number, min: number): number => {
     const raw = str(flag, envName, String(fallback))!;
     const n = Number(raw);
-    if (!Number.isInteger(n) || n < min) throw new ConfigError(`--${flag} (${envName}) must be a whole number ≥ ${min}, got ${JSON.stringify(raw)}`);
+    if (!Number.isInteger(n) || n < min)
+      throw new ConfigError(
+        `--${flag} (${envName}) must be a whole number ≥ ${min}, got ${JSON.stringify(raw)}`,
+      );
     return n;
   };
   const redisUrl = str('redis-url', 'REDIS_URL');
-  if (!redisUrl) throw new ConfigError('no Redis: pass --redis-url redis://HOST:6379 or set REDIS_URL');
-  if (!/^rediss?:\/\//.test(redisUrl)) throw new ConfigError(`--redis-url must start with redis:// or rediss://, got ${JSON.stringify(redisUrl)}`);
+  if (!redisUrl)
+    throw new ConfigError('no Redis: pass --redis-url redis://HOST:6379 or set REDIS_URL');
+  if (!/^rediss?:\/\//.test(redisUrl))
+    throw new ConfigError(
+      `--redis-url must start with redis:// or rediss://, got ${JSON.stringify(redisUrl)}`,
+    );
   const uiCredentials = str('ui-credentials', 'ROLLCALL_UI_CREDENTIALS');
-  if (uiCredentials !== undefined && !/^[^:]+:.+$/.test(uiCredentials)) throw new ConfigError('--ui-credentials must be USER:PASSWORD');
+  if (uiCredentials !== undefined && !/^[^:]+:.+$/.test(uiCredentials))
+    throw new ConfigError('--ui-credentials must be USER:PASSWORD');
   return {
     port: int('port', 'PORT', 8080, 0),
     redisUrl,

@@ -3,7 +3,14 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ApiextensionsV1Api, KubernetesObjectApi, loadAllYaml, PatchStrategy, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
+import {
+  ApiextensionsV1Api,
+  KubernetesObjectApi,
+  loadAllYaml,
+  PatchStrategy,
+  type KubeConfig,
+  type KubernetesObject,
+} from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { FIELD_MANAGER } from '../api/constants.ts';
 
@@ -23,11 +30,19 @@ export async function installCrds(kc: KubeConfig, logger: Pick<Logger, 'info'>):
   const objects = KubernetesObjectApi.makeApiClient(kc);
   const ext = kc.makeApiClient(ApiextensionsV1Api);
   for (const crd of crdManifests()) {
-    await objects.patch(crd, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
+    await objects.patch(
+      crd,
+      undefined,
+      undefined,
+      FIELD_MANAGER,
+      true,
+      PatchStrategy.ServerSideApply,
+    );
     const name = crd.metadata?.name ?? '';
     for (let i = 0; ; i++) {
       const live = await ext.readCustomResourceDefinition({ name });
-      if (live.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True')) break;
+      if (live.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True'))
+        break;
       if (i > 100) throw new Error(`CRD ${name} was applied but is not Established after 20 s`);
       await new Promise((r) => setTimeout(r, 200));
     }

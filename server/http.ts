@@ -45,12 +45,10 @@ export function createApp(opts: Omit<HttpServerOptions, 'port'>): Hono {
   app.get('/readyz', async (c) => {
     const ms = opts.readyTimeoutMs ?? 2000;
     const r = await withTimeout(
-      opts
-        .ready()
-        .catch((err: unknown): Readiness => ({
-          ready: false,
-          detail: `readiness check failed: ${(err as Error).message}`,
-        })),
+      opts.ready().catch((err: unknown): Readiness => ({
+        ready: false,
+        detail: `readiness check failed: ${(err as Error).message}`,
+      })),
       ms,
       { ready: false, detail: `readiness check took over ${ms} ms` },
     );

@@ -18,7 +18,13 @@ export interface AdmissionPolicy {
 interface AdmissionReviewRequest {
   apiVersion?: string;
   kind?: string;
-  request?: { uid?: string; kind?: { kind?: string }; namespace?: string; name?: string; operation?: string };
+  request?: {
+    uid?: string;
+    kind?: { kind?: string };
+    namespace?: string;
+    name?: string;
+    operation?: string;
+  };
 }
 
 export interface AdmissionResponse {
@@ -33,10 +39,19 @@ export interface AdmissionResponse {
  * monitor-mode policy only warns, as a real server only logs its verdicts), every other
  * module allows.
  */
-export function verdict(uid: string, policyName: string, policy: AdmissionPolicy): AdmissionResponse {
+export function verdict(
+  uid: string,
+  policyName: string,
+  policy: AdmissionPolicy,
+): AdmissionResponse {
   const behaviour = behaviourOf(policy.module);
   if (behaviour.kind !== 'deny') return { uid, allowed: true };
-  if (policy.mode === 'monitor') return { uid, allowed: true, warnings: [`${policyName} (monitor) would deny: ${behaviour.message}`] };
+  if (policy.mode === 'monitor')
+    return {
+      uid,
+      allowed: true,
+      warnings: [`${policyName} (monitor) would deny: ${behaviour.message}`],
+    };
   return { uid, allowed: false, status: { code: 403, message: behaviour.message } };
 }
 
@@ -54,12 +69,15 @@ const MAX_BODY = 3 * 1024 * 1024; // the apiserver's own request limit is about 
 
 /** Starts the HTTPS server and resolves once it listens. */
 export async function startAdmissionServer(options: AdmissionServerOptions): Promise<Server> {
-  const server = createServer({ cert: readFileSync(options.certFile), key: readFileSync(options.keyFile) }, (req, res) => {
-    handle(req, res, options).catch((err: unknown) => {
-      options.logger.warn({ err }, 'admission request failed');
-      if (!res.headersSent) reply(res, 500, { error: String(err) });
-    });
-  });
+  const server = createServer(
+    { cert: readFileSync(options.certFile), key: readFileSync(options.keyFile) },
+    (req, res) => {
+      handle(req, res, options).catch((err: unknown) => {
+        options.logger.warn({ err }, 'admission request failed');
+        if (!res.headersSent) reply(res, 500, { error: String(err) });
+      });
+    },
+  );
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.host ?? '127.0.0.1', () => {
@@ -70,11 +88,16 @@ export async function startAdmissionServer(options: AdmissionServerOptions): Pro
   return server;
 }
 
-async function handle(req: IncomingMessage, res: ServerResponse, options: AdmissionServerOptions): Promise<void> {
+async function handle(
+  req: IncomingMessage,
+  res: ServerResponse,
+  options: AdmissionServerOptions,
+): Promise<void> {
   const url = new URL(req.url ?? '/', 'https://sim');
   if (req.method === 'GET' && url.pathname === '/healthz') return reply(res, 200, { ok: true });
   const match = /^\/validate\/([a-z0-9][a-z0-9.-]*)$/.exec(url.pathname);
-  if (req.method !== 'POST' || !match) return reply(res, 404, { error: 'expected POST /validate/<policy>' });
+  if (req.method !== 'POST' || !match)
+    return reply(res, 404, { error: 'expected POST /validate/<policy>' });
   const name = match[1]!;
 
   let body = '';
@@ -89,7 +112,8 @@ async function handle(req: IncomingMessage, res: ServerResponse, options: Admiss
     return reply(res, 400, { error: 'body is not JSON' });
   }
   const uid = review.request?.uid;
-  if (review.kind !== 'AdmissionReview' || typeof uid !== 'string') return reply(res, 400, { error: 'expected an AdmissionReview v1 with request.uid' });
+  if (review.kind !== 'AdmissionReview' || typeof uid !== 'string')
+    return reply(res, 400, { error: 'expected an AdmissionReview v1 with request.uid' });
 
   // A webhook for a policy the simulator does not know would be a bug upstream: answer with
   // an error so the apiserver applies the webhook's failurePolicy, as with a real server.
@@ -99,7 +123,14 @@ async function handle(req: IncomingMessage, res: ServerResponse, options: Admiss
   const response = verdict(uid, name, policy);
   const r = review.request!;
   options.logger.info(
-    { policy: name, allowed: response.allowed, operation: r.operation, kind: r.kind?.kind, namespace: r.namespace, name: r.name },
+    {
+      policy: name,
+      allowed: response.allowed,
+      operation: r.operation,
+      kind: r.kind?.kind,
+      namespace: r.namespace,
+      name: r.name,
+    },
     'admission review',
   );
   reply(res, 200, { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response });

@@ -87,7 +87,12 @@ export function reportEntry(
           ? previous.generation
           : previous.serving;
   const failed = (message: string) => ({
-    entry: { generation: policy.generation, state: 'Failed' as const, message, ...(serving ? { serving } : {}) },
+    entry: {
+      generation: policy.generation,
+      state: 'Failed' as const,
+      message,
+      ...(serving ? { serving } : {}),
+    },
   });
   const loaded = { entry: { generation: policy.generation, state: 'Loaded' as const } };
   switch (behaviour.kind) {
@@ -103,7 +108,10 @@ export function reportEntry(
     case 'slow': {
       const readyAt = loadingSince + behaviour.ms;
       if (now >= readyAt) return loaded;
-      return { entry: { generation: policy.generation, state: 'Loading', ...(serving ? { serving } : {}) }, recheckAt: readyAt };
+      return {
+        entry: { generation: policy.generation, state: 'Loading', ...(serving ? { serving } : {}) },
+        recheckAt: readyAt,
+      };
     }
   }
 }

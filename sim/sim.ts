@@ -1,7 +1,14 @@
 // `rollcall sim`: the simulated policy-server data plane for the local cluster (dev tooling).
 // For every Ready pod of a PolicyServer it writes the `rollcall.dev/policies` report the
 // way a real policy server would, driven by each policy's `module` (see behaviour.ts).
-import { CoreV1Api, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesObject, type V1Pod } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  PatchStrategy,
+  setHeaderOptions,
+  type KubeConfig,
+  type KubernetesObject,
+  type V1Pod,
+} from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../api/constants.ts';
 import { isTerminating } from '../api/kube.ts';
@@ -15,7 +22,8 @@ export interface SimOptions {
   logger: Logger;
 }
 
-const isReady = (pod: V1Pod) => pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+const isReady = (pod: V1Pod) =>
+  pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 /**
  * The report a pod should publish now, and when to look again (a slow module still loading).
@@ -35,16 +43,26 @@ export function simulatedReport(
     const generation = p.metadata.generation ?? 1;
     const sinceKey = `${pod}/${name}/${generation}`;
     if (!since.has(sinceKey)) since.set(sinceKey, now);
-    const result = reportEntry(pod, { name, generation, module: p.spec.module }, previous[name], since.get(sinceKey)!, now);
+    const result = reportEntry(
+      pod,
+      { name, generation, module: p.spec.module },
+      previous[name],
+      since.get(sinceKey)!,
+      now,
+    );
     if (!result) continue;
     report[name] = result.entry;
-    if (result.recheckAt !== undefined) recheckAt = Math.min(recheckAt ?? Infinity, result.recheckAt);
+    if (result.recheckAt !== undefined)
+      recheckAt = Math.min(recheckAt ?? Infinity, result.recheckAt);
   }
   return { report, ...(recheckAt === undefined ? {} : { recheckAt }) };
 }
 
 /** The part of a Policy the simulator reads, as the watch delivers it. */
-type SimPolicyObject = KubernetesObject & { metadata: { name: string; generation?: number }; spec: { policyServer: string; module: string; mode?: string } };
+type SimPolicyObject = KubernetesObject & {
+  metadata: { name: string; generation?: number };
+  spec: { policyServer: string; module: string; mode?: string };
+};
 
 export class Simulator {
   private readonly options: SimOptions;
@@ -98,7 +116,9 @@ export class Simulator {
 
   /** Runs one pass after the current one; passes never overlap. */
   private schedule(): void {
-    this.pending = this.pending.then(() => this.pass()).catch((err: unknown) => this.options.logger.warn({ err }, 'sim pass failed'));
+    this.pending = this.pending
+      .then(() => this.pass())
+      .catch((err: unknown) => this.options.logger.warn({ err }, 'sim pass failed'));
   }
 
   private async pass(): Promise<void> {
@@ -118,18 +138,31 @@ export class Simulator {
       const current = pod.metadata?.annotations?.[REPORT_ANNOTATION];
       const reading = readReplicaReport(current);
       const previous = reading.kind === 'valid' ? reading.report : {};
-      const { report, recheckAt } = simulatedReport(name, byServer.get(server) ?? [], previous, this.since, now);
+      const { report, recheckAt } = simulatedReport(
+        name,
+        byServer.get(server) ?? [],
+        previous,
+        this.since,
+        now,
+      );
       if (recheckAt !== undefined) next = Math.min(next ?? Infinity, recheckAt);
       const serialized = JSON.stringify(report);
       if (serialized === current) continue;
       await this.core
         .patchNamespacedPod(
-          { name, namespace: this.options.namespace, body: { metadata: { annotations: { [REPORT_ANNOTATION]: serialized } } } },
+          {
+            name,
+            namespace: this.options.namespace,
+            body: { metadata: { annotations: { [REPORT_ANNOTATION]: serialized } } },
+          },
           setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
         )
-        .catch((err: unknown) => this.options.logger.warn({ err, pod: name }, 'could not write report'));
+        .catch((err: unknown) =>
+          this.options.logger.warn({ err, pod: name }, 'could not write report'),
+        );
     }
     clearTimeout(this.timer);
-    if (next !== undefined) this.timer = setTimeout(() => this.schedule(), Math.max(10, next - Date.now()));
+    if (next !== undefined)
+      this.timer = setTimeout(() => this.schedule(), Math.max(10, next - Date.now()));
   }
 }

@@ -7,7 +7,9 @@ import { getJson } from '../../watcher/kube-http.ts';
 export function testCluster(): ClusterState {
   const state = process.env.KUBECONFIG ? readState() : undefined;
   if (!state) {
-    throw new Error('integration tests need the local cluster: run them with `npm test` (test/run.ts starts it)');
+    throw new Error(
+      'integration tests need the local cluster: run them with `npm test` (test/run.ts starts it)',
+    );
   }
   return state;
 }
@@ -32,7 +34,17 @@ export async function watchUntil<T extends KubernetesObject>(
   kc: KubeConfig,
   path: string,
   done: (obj: T, phase: string) => boolean,
-  { timeoutMs = 60_000, fieldSelector, labelSelector, resourceVersion }: { timeoutMs?: number; fieldSelector?: string; labelSelector?: string; resourceVersion?: string } = {},
+  {
+    timeoutMs = 60_000,
+    fieldSelector,
+    labelSelector,
+    resourceVersion,
+  }: {
+    timeoutMs?: number;
+    fieldSelector?: string;
+    labelSelector?: string;
+    resourceVersion?: string;
+  } = {},
 ): Promise<T> {
   let last: T | undefined;
   let controller: AbortController | undefined;
@@ -41,7 +53,12 @@ export async function watchUntil<T extends KubernetesObject>(
   try {
     return await new Promise<T>((resolveWatch, reject) => {
       timer = setTimeout(
-        () => reject(new Error(`timed out after ${timeoutMs} ms watching ${path}; last object seen: ${JSON.stringify(last)}`)),
+        () =>
+          reject(
+            new Error(
+              `timed out after ${timeoutMs} ms watching ${path}; last object seen: ${JSON.stringify(last)}`,
+            ),
+          ),
         timeoutMs,
       );
       // A watch can end quietly (server timeout, client inactivity): start it again.
@@ -59,7 +76,8 @@ export async function watchUntil<T extends KubernetesObject>(
               // client-node ends a watch that saw no data for 30 s with a TimeoutError: go on.
               const quiet = !err || (err as Error).name === 'TimeoutError';
               if (quiet && !finished) start();
-              else if (!quiet && (err as Error).name !== 'AbortError') reject(err instanceof Error ? err : new Error(String(err)));
+              else if (!quiet && (err as Error).name !== 'AbortError')
+                reject(err instanceof Error ? err : new Error(String(err)));
             },
           )
           .then((c) => (controller = c), reject);
@@ -73,8 +91,20 @@ export async function watchUntil<T extends KubernetesObject>(
 }
 
 /** Resolves once the named object no longer exists (at once if it is already gone). */
-export async function waitGone(kc: KubeConfig, path: string, name: string, timeoutMs = 60_000): Promise<void> {
-  const list = (await getJson(kc, path, { fieldSelector: `metadata.name=${name}` })) as { metadata: { resourceVersion: string }; items: unknown[] };
+export async function waitGone(
+  kc: KubeConfig,
+  path: string,
+  name: string,
+  timeoutMs = 60_000,
+): Promise<void> {
+  const list = (await getJson(kc, path, { fieldSelector: `metadata.name=${name}` })) as {
+    metadata: { resourceVersion: string };
+    items: unknown[];
+  };
   if (list.items.length === 0) return;
-  await watchUntil(kc, path, (_obj, phase) => phase === 'DELETED', { fieldSelector: `metadata.name=${name}`, resourceVersion: list.metadata.resourceVersion, timeoutMs });
+  await watchUntil(kc, path, (_obj, phase) => phase === 'DELETED', {
+    fieldSelector: `metadata.name=${name}`,
+    resourceVersion: list.metadata.resourceVersion,
+    timeoutMs,
+  });
 }

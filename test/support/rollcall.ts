@@ -3,7 +3,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { CoreV1Api, CustomObjectsApi, AdmissionregistrationV1Api, type KubeConfig } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  CustomObjectsApi,
+  AdmissionregistrationV1Api,
+  type KubeConfig,
+} from '@kubernetes/client-node';
 import { repoRoot } from '../../cluster/paths.ts';
 import { redisUrl } from './redis.ts';
 import { testCluster } from './kube.ts';
@@ -23,12 +28,22 @@ export interface RollcallProcess {
  * Starts `rollcall <args>` with output in .rollcall/test/logs/<name>.log. `db` picks a Redis
  * database so that test files never share queues or projections.
  */
-export function startRollcall(name: string, args: string[], { db, env = {} }: { db: number; env?: Record<string, string> }): RollcallProcess {
+export function startRollcall(
+  name: string,
+  args: string[],
+  { db, env = {} }: { db: number; env?: Record<string, string> },
+): RollcallProcess {
   mkdirSync(logDir, { recursive: true });
   const log = createWriteStream(join(logDir, `${name}.log`), { flags: 'a' });
   const child = spawn(process.execPath, [join(repoRoot, 'cli', 'rollcall.ts'), ...args], {
     cwd: repoRoot,
-    env: { ...process.env, KUBECONFIG: testCluster().kubeconfig, REDIS_URL: `${redisUrl()}/${db}`, LOG_LEVEL: 'debug', ...env },
+    env: {
+      ...process.env,
+      KUBECONFIG: testCluster().kubeconfig,
+      REDIS_URL: `${redisUrl()}/${db}`,
+      LOG_LEVEL: 'debug',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   child.stdout?.pipe(log);
@@ -48,11 +63,25 @@ export const testDb = () => 1 + (process.pid % 15);
 export async function deleteRollcallObjects(kc: KubeConfig): Promise<void> {
   const custom = kc.makeApiClient(CustomObjectsApi);
   for (const plural of ['policies', 'policyservers']) {
-    const list = (await custom.listClusterCustomObject({ group: 'rollcall.dev', version: 'v1alpha1', plural })) as { items: { metadata: { name: string } }[] };
-    for (const item of list.items) await custom.deleteClusterCustomObject({ group: 'rollcall.dev', version: 'v1alpha1', plural, name: item.metadata.name }).catch(() => {});
+    const list = (await custom.listClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural,
+    })) as { items: { metadata: { name: string } }[] };
+    for (const item of list.items)
+      await custom
+        .deleteClusterCustomObject({
+          group: 'rollcall.dev',
+          version: 'v1alpha1',
+          plural,
+          name: item.metadata.name,
+        })
+        .catch(() => {});
   }
   const admission = kc.makeApiClient(AdmissionregistrationV1Api);
-  await admission.deleteCollectionValidatingWebhookConfiguration({ labelSelector: 'app.kubernetes.io/managed-by=rollcall' });
+  await admission.deleteCollectionValidatingWebhookConfiguration({
+    labelSelector: 'app.kubernetes.io/managed-by=rollcall',
+  });
 }
 
 /** Creates the namespace (idempotent). */

@@ -115,7 +115,8 @@ describe('the webhook decision table', () => {
       conditions: ['Ready=False/LoadFailed', 'Stalled=True/LoadFailed'],
       webhook: { kind: 'keep' },
       servedGeneration: 3,
-      message: /^generation 4 failed to load on pod ps-b: module download failed: 404; the webhook still enforces generation 3$/,
+      message:
+        /^generation 4 failed to load on pod ps-b: module download failed: 404; the webhook still enforces generation 3$/,
       events: ['Warning/LoadFailed'],
     },
     {

@@ -21,12 +21,24 @@ describe('the rollcall CRDs on the apiserver', () => {
       testCluster(),
       ['apply', '-f', '-'],
       [
-        { apiVersion: 'rollcall.dev/v1alpha1', kind: 'PolicyServer', metadata: { name: server }, spec: { image: 'example.invalid/ps:1', replicas: 3 } },
+        {
+          apiVersion: 'rollcall.dev/v1alpha1',
+          kind: 'PolicyServer',
+          metadata: { name: server },
+          spec: { image: 'example.invalid/ps:1', replicas: 3 },
+        },
         {
           apiVersion: 'rollcall.dev/v1alpha1',
           kind: 'Policy',
           metadata: { name: policy },
-          spec: { policyServer: server, module: 'sim://ok', mode: 'monitor', rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }] },
+          spec: {
+            policyServer: server,
+            module: 'sim://ok',
+            mode: 'monitor',
+            rules: [
+              { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] },
+            ],
+          },
         },
       ]
         .map((o) => stringify(o))
@@ -45,18 +57,39 @@ describe('the rollcall CRDs on the apiserver', () => {
       observedGeneration: 1,
       ready: '2/3',
       summary: 'Reconciling',
-      conditions: [{ type: 'Ready', status: 'False', reason: 'Loading', message: 'generation 1 loaded on 2/3 replicas', observedGeneration: 1, lastTransitionTime: new Date().toISOString() }],
+      conditions: [
+        {
+          type: 'Ready',
+          status: 'False',
+          reason: 'Loading',
+          message: 'generation 1 loaded on 2/3 replicas',
+          observedGeneration: 1,
+          lastTransitionTime: new Date().toISOString(),
+        },
+      ],
     };
     const written = (await custom.patchClusterCustomObjectStatus(
-      { group: 'rollcall.dev', version: 'v1alpha1', plural: 'policies', name: policy, body: { status } },
+      {
+        group: 'rollcall.dev',
+        version: 'v1alpha1',
+        plural: 'policies',
+        name: policy,
+        body: { status },
+      },
       setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
     )) as { metadata: { generation: number } };
     assert.equal(written.metadata.generation, 1);
 
     const table = run('get', 'policies', policy);
     assert.match(table, /^NAME\s+SERVER\s+MODE\s+READY\s+STATUS\s+AGE\s*$/m);
-    assert.match(table, new RegExp(`^${policy}\\s+${server}\\s+monitor\\s+2/3\\s+Reconciling\\s+\\S+\\s*$`, 'm'));
-    assert.match(run('get', 'policies', policy, '-o', 'wide'), /MESSAGE[\s\S]*generation 1 loaded on 2\/3 replicas/);
+    assert.match(
+      table,
+      new RegExp(`^${policy}\\s+${server}\\s+monitor\\s+2/3\\s+Reconciling\\s+\\S+\\s*$`, 'm'),
+    );
+    assert.match(
+      run('get', 'policies', policy, '-o', 'wide'),
+      /MESSAGE[\s\S]*generation 1 loaded on 2\/3 replicas/,
+    );
     assert.match(run('get', 'pol', policy), new RegExp(policy), 'short name pol');
   });
 

@@ -2,7 +2,15 @@
 // behaviour that a fake apiserver would miss.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { ApiextensionsV1Api, AppsV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type V1CustomResourceDefinition, type V1Deployment } from '@kubernetes/client-node';
+import {
+  ApiextensionsV1Api,
+  AppsV1Api,
+  CustomObjectsApi,
+  PatchStrategy,
+  setHeaderOptions,
+  type V1CustomResourceDefinition,
+  type V1Deployment,
+} from '@kubernetes/client-node';
 import { kubectl } from '../../../cluster/cluster.ts';
 import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 
@@ -20,7 +28,10 @@ describe('the local cluster', () => {
         spec: {
           replicas: 2,
           selector: { matchLabels: labels },
-          template: { metadata: { labels }, spec: { containers: [{ name: 'web', image: 'example.invalid/web:1' }] } },
+          template: {
+            metadata: { labels },
+            spec: { containers: [{ name: 'web', image: 'example.invalid/web:1' }] },
+          },
         },
       },
     });
@@ -35,7 +46,9 @@ describe('the local cluster', () => {
     assert.equal(deployment.status?.readyReplicas, 2);
 
     // The controller manager made a ReplicaSet and Pods; the scheduler bound them to the fake node.
-    const pods = JSON.parse(kubectl(testCluster(), ['get', 'pods', '-n', 'default', '-l', `app=${name}`, '-o', 'json'])) as {
+    const pods = JSON.parse(
+      kubectl(testCluster(), ['get', 'pods', '-n', 'default', '-l', `app=${name}`, '-o', 'json']),
+    ) as {
       items: { spec: { nodeName?: string }; metadata: { ownerReferences?: { kind: string }[] } }[];
     };
     assert.equal(pods.items.length, 2);
@@ -82,25 +95,47 @@ describe('the local cluster', () => {
       kc,
       '/apis/apiextensions.k8s.io/v1/customresourcedefinitions',
       (crd) =>
-        crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ?? false,
+        crd.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True') ??
+        false,
       { fieldSelector: `metadata.name=${crdName}` },
     );
 
     const custom = kc.makeApiClient(CustomObjectsApi);
     const ref = { group, version: 'v1', plural, name: 'one' };
-    type Widget = { metadata: { generation: number }; spec: { size: number }; status?: { phase: string } };
-    const created = (await custom.createClusterCustomObject({ ...ref, body: { apiVersion: `${group}/v1`, kind: `Widget${process.pid}`, metadata: { name: 'one' }, spec: { size: 1 } } })) as Widget;
+    type Widget = {
+      metadata: { generation: number };
+      spec: { size: number };
+      status?: { phase: string };
+    };
+    const created = (await custom.createClusterCustomObject({
+      ...ref,
+      body: {
+        apiVersion: `${group}/v1`,
+        kind: `Widget${process.pid}`,
+        metadata: { name: 'one' },
+        spec: { size: 1 },
+      },
+    })) as Widget;
     assert.equal(created.metadata.generation, 1);
 
     const merge = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
-    const afterStatus = (await custom.patchClusterCustomObjectStatus({ ...ref, body: { status: { phase: 'Ready' } } }, merge)) as Widget;
+    const afterStatus = (await custom.patchClusterCustomObjectStatus(
+      { ...ref, body: { status: { phase: 'Ready' } } },
+      merge,
+    )) as Widget;
     assert.equal(afterStatus.status?.phase, 'Ready');
     assert.equal(afterStatus.metadata.generation, 1, 'a status write must not bump generation');
 
-    const afterSpec = (await custom.patchClusterCustomObject({ ...ref, body: { spec: { size: 2 } } }, merge)) as Widget;
+    const afterSpec = (await custom.patchClusterCustomObject(
+      { ...ref, body: { spec: { size: 2 } } },
+      merge,
+    )) as Widget;
     assert.equal(afterSpec.metadata.generation, 2, 'a spec change must bump generation');
 
-    const specIgnoredOnStatus = (await custom.patchClusterCustomObjectStatus({ ...ref, body: { spec: { size: 3 } } }, merge)) as Widget;
+    const specIgnoredOnStatus = (await custom.patchClusterCustomObjectStatus(
+      { ...ref, body: { spec: { size: 3 } } },
+      merge,
+    )) as Widget;
     assert.equal(specIgnoredOnStatus.spec.size, 2, 'the status subresource ignores spec');
   });
 

@@ -8,38 +8,63 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { repoRoot } from '../../../cluster/paths.ts';
 
-test('npm run demo -- --once shows Ready 3/3, the Stalled policies with their errors, and a denied request', { timeout: 150_000 }, async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'rollcall-demo-'));
-  // The demo must start its own Redis and cluster, whatever the test run's environment says.
-  const { REDIS_URL: _redis, ROLLCALL_LOCAL_DIR: _dir, KUBECONFIG: _kc, ...env } = process.env;
-  const child = spawn(process.execPath, [join(repoRoot, 'cli', 'rollcall.ts'), 'demo', '--once', '--dir', dir], {
-    cwd: repoRoot,
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    // On a test timeout, SIGTERM lets the demo stop its cluster, Redis and children.
-    signal: t.signal,
-    killSignal: 'SIGTERM',
-  });
-  child.on('error', () => {}); // the abort on timeout; the test already failed
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
-  try {
-    const context = `stdout:\n${stdout}\nstderr:\n${stderr}`;
-    assert.equal(code, 0, context);
-    // The last line naming the policy: its row in the `kubectl get` table (not `apply`'s).
-    const row = (name: string) => stdout.split('\n').findLast((l) => l.includes(`policy.rollcall.dev/${name} `)) ?? '';
-    assert.match(stdout, /policyserver\.rollcall\.dev\/default\s+3\s+3\/3\s+Ready/, context);
-    assert.match(row('require-labels'), /\s3\/3\s+Ready\s/, context);
-    assert.match(row('deny-latest-tag'), /\s0\/3\s+Stalled\s.*module download failed: 404 Not Found \(and 2 more replicas\)/, context);
-    assert.match(row('limit-replicas'), /\s0\/3\s+Stalled\s.*invalid settings: maxReplicas must be a positive integer/, context);
-    assert.match(stdout, /admission webhook "require-labels\.[^"]*" denied the request: pods in the demo namespace need an owner label/, context);
-    assert.match(stdout, /deployment\.apps\/web created/, context);
-    assert.match(stdout, /queue UI: +http:\/\/127\.0\.0\.1:\d+\/queues\n.*user admin, password \S+/, context);
-    assert.match(stderr, /stopped everything the demo started/, context);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+test(
+  'npm run demo -- --once shows Ready 3/3, the Stalled policies with their errors, and a denied request',
+  { timeout: 150_000 },
+  async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'rollcall-demo-'));
+    // The demo must start its own Redis and cluster, whatever the test run's environment says.
+    const { REDIS_URL: _redis, ROLLCALL_LOCAL_DIR: _dir, KUBECONFIG: _kc, ...env } = process.env;
+    const child = spawn(
+      process.execPath,
+      [join(repoRoot, 'cli', 'rollcall.ts'), 'demo', '--once', '--dir', dir],
+      {
+        cwd: repoRoot,
+        env,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        // On a test timeout, SIGTERM lets the demo stop its cluster, Redis and children.
+        signal: t.signal,
+        killSignal: 'SIGTERM',
+      },
+    );
+    child.on('error', () => {}); // the abort on timeout; the test already failed
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+    try {
+      const context = `stdout:\n${stdout}\nstderr:\n${stderr}`;
+      assert.equal(code, 0, context);
+      // The last line naming the policy: its row in the `kubectl get` table (not `apply`'s).
+      const row = (name: string) =>
+        stdout.split('\n').findLast((l) => l.includes(`policy.rollcall.dev/${name} `)) ?? '';
+      assert.match(stdout, /policyserver\.rollcall\.dev\/default\s+3\s+3\/3\s+Ready/, context);
+      assert.match(row('require-labels'), /\s3\/3\s+Ready\s/, context);
+      assert.match(
+        row('deny-latest-tag'),
+        /\s0\/3\s+Stalled\s.*module download failed: 404 Not Found \(and 2 more replicas\)/,
+        context,
+      );
+      assert.match(
+        row('limit-replicas'),
+        /\s0\/3\s+Stalled\s.*invalid settings: maxReplicas must be a positive integer/,
+        context,
+      );
+      assert.match(
+        stdout,
+        /admission webhook "require-labels\.[^"]*" denied the request: pods in the demo namespace need an owner label/,
+        context,
+      );
+      assert.match(stdout, /deployment\.apps\/web created/, context);
+      assert.match(
+        stdout,
+        /queue UI: +http:\/\/127\.0\.0\.1:\d+\/queues\n.*user admin, password \S+/,
+        context,
+      );
+      assert.match(stderr, /stopped everything the demo started/, context);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);

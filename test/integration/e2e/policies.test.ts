@@ -4,12 +4,30 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { stringify } from 'yaml';
-import { AdmissionregistrationV1Api, CoreV1Api, EventsV1Api, type KubernetesObject, type V1ValidatingWebhookConfiguration } from '@kubernetes/client-node';
+import {
+  AdmissionregistrationV1Api,
+  CoreV1Api,
+  EventsV1Api,
+  type KubernetesObject,
+  type V1ValidatingWebhookConfiguration,
+} from '@kubernetes/client-node';
 import { kubectl } from '../../../cluster/cluster.ts';
 import type { Policy, PolicyServer } from '../../../api/v1alpha1.ts';
 import { installCrds } from '../../../roles/install-crds.ts';
-import { testCluster, testKubeConfig, uniqueName, waitGone, watchUntil } from '../../support/kube.ts';
-import { deleteRollcallObjects, ensureNamespace, startRollcall, testDb, type RollcallProcess } from '../../support/rollcall.ts';
+import {
+  testCluster,
+  testKubeConfig,
+  uniqueName,
+  waitGone,
+  watchUntil,
+} from '../../support/kube.ts';
+import {
+  deleteRollcallObjects,
+  ensureNamespace,
+  startRollcall,
+  testDb,
+  type RollcallProcess,
+} from '../../support/rollcall.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rollcall-e2e';
@@ -19,12 +37,19 @@ const servers = '/apis/rollcall.dev/v1alpha1/policyservers';
 const webhooks = '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations';
 
 type Obj = KubernetesObject & Record<string, unknown>;
-const apply = (...objects: Obj[]) => kubectl(testCluster(), ['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
-const condition = (p: Policy | PolicyServer, type: string) => p.status?.conditions?.find((c) => c.type === type);
+const apply = (...objects: Obj[]) =>
+  kubectl(testCluster(), ['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
+const condition = (p: Policy | PolicyServer, type: string) =>
+  p.status?.conditions?.find((c) => c.type === type);
 const isCurrent = (p: Policy) => p.status?.observedGeneration === p.metadata.generation;
 
 function server(name: string, replicas: number, extra: Record<string, unknown> = {}): Obj {
-  return { apiVersion: 'rollcall.dev/v1alpha1', kind: 'PolicyServer', metadata: { name }, spec: { image: 'sim://policy-server', replicas, ...extra } };
+  return {
+    apiVersion: 'rollcall.dev/v1alpha1',
+    kind: 'PolicyServer',
+    metadata: { name },
+    spec: { image: 'sim://policy-server', replicas, ...extra },
+  };
 }
 
 function policy(name: string, serverName: string, module: string, resources = ['pods']): Obj {
@@ -32,19 +57,30 @@ function policy(name: string, serverName: string, module: string, resources = ['
     apiVersion: 'rollcall.dev/v1alpha1',
     kind: 'Policy',
     metadata: { name },
-    spec: { policyServer: serverName, module, rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources }] },
+    spec: {
+      policyServer: serverName,
+      module,
+      rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources }],
+    },
   };
 }
 
 const waitPolicy = (name: string, done: (p: Policy) => boolean, timeoutMs = 60_000) =>
-  watchUntil<Policy & KubernetesObject>(kc, policies, (p) => done(p), { fieldSelector: `metadata.name=${name}`, timeoutMs });
-
-async function webhookOf(policyName: string): Promise<V1ValidatingWebhookConfiguration | undefined> {
-  const api = kc.makeApiClient(AdmissionregistrationV1Api);
-  return api.readValidatingWebhookConfiguration({ name: `rollcall-${policyName}` }).catch((err: { code?: number }) => {
-    if (err.code === 404) return undefined;
-    throw err;
+  watchUntil<Policy & KubernetesObject>(kc, policies, (p) => done(p), {
+    fieldSelector: `metadata.name=${name}`,
+    timeoutMs,
   });
+
+async function webhookOf(
+  policyName: string,
+): Promise<V1ValidatingWebhookConfiguration | undefined> {
+  const api = kc.makeApiClient(AdmissionregistrationV1Api);
+  return api
+    .readValidatingWebhookConfiguration({ name: `rollcall-${policyName}` })
+    .catch((err: { code?: number }) => {
+      if (err.code === 404) return undefined;
+      throw err;
+    });
 }
 
 describe('rollcall end to end', () => {
@@ -55,7 +91,11 @@ describe('rollcall end to end', () => {
   before(async () => {
     await ensureNamespace(kc, namespace);
     await installCrds(kc, { info: () => {} });
-    rollcall = startRollcall('e2e-run', ['run', '--install-crds', '--namespace', namespace, '--port', '0'], { db });
+    rollcall = startRollcall(
+      'e2e-run',
+      ['run', '--install-crds', '--namespace', namespace, '--port', '0'],
+      { db },
+    );
     sim = startRollcall('e2e-sim', ['sim', '--namespace', namespace], { db });
     apply(server(ps, 3));
   });
@@ -67,19 +107,39 @@ describe('rollcall end to end', () => {
 
   test('a good policy on 3 replicas becomes Ready 3/3 and its webhook enforces its rules', async () => {
     apply(policy('good', ps, 'sim://ok'));
-    const ready = await waitPolicy('good', (p) => isCurrent(p) && condition(p, 'Ready')?.status === 'True');
+    const ready = await waitPolicy(
+      'good',
+      (p) => isCurrent(p) && condition(p, 'Ready')?.status === 'True',
+    );
     assert.equal(ready.status?.ready, '3/3');
     assert.equal(ready.status?.readyReplicas, 3);
     assert.equal(condition(ready, 'Reconciling'), undefined);
     assert.equal(condition(ready, 'Stalled'), undefined);
 
-    const hook = await watchUntil<V1ValidatingWebhookConfiguration>(kc, webhooks, () => true, { fieldSelector: 'metadata.name=rollcall-good' });
+    const hook = await watchUntil<V1ValidatingWebhookConfiguration>(kc, webhooks, () => true, {
+      fieldSelector: 'metadata.name=rollcall-good',
+    });
     const w = hook.webhooks?.[0];
     assert.deepEqual(w?.rules?.[0]?.resources, ['pods']);
     assert.equal(w?.clientConfig.service?.path, '/validate/good');
-    assert.deepEqual(w?.namespaceSelector?.matchExpressions?.at(-1), { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: [namespace] });
+    assert.deepEqual(w?.namespaceSelector?.matchExpressions?.at(-1), {
+      key: 'kubernetes.io/metadata.name',
+      operator: 'NotIn',
+      values: [namespace],
+    });
 
-    const wait = spawnSync(testCluster().binaries.kube, ['kubectl', `--kubeconfig=${testCluster().kubeconfig}`, 'wait', '--for=condition=Ready', 'policy/good', '--timeout=30s'], { encoding: 'utf8' });
+    const wait = spawnSync(
+      testCluster().binaries.kube,
+      [
+        'kubectl',
+        `--kubeconfig=${testCluster().kubeconfig}`,
+        'wait',
+        '--for=condition=Ready',
+        'policy/good',
+        '--timeout=30s',
+      ],
+      { encoding: 'utf8' },
+    );
     assert.equal(wait.status, 0, wait.stderr);
     assert.match(wait.stdout, /policy.rollcall.dev\/good condition met/);
   });
@@ -87,16 +147,26 @@ describe('rollcall end to end', () => {
   test('a policy that fails on every replica is Stalled with their messages, a Warning Event and no webhook; the good one stays Ready', async () => {
     apply(policy('broken', ps, 'sim://fail?message=module+download+failed:+404'));
     // Stalled as soon as one replica fails; wait until all three have reported.
-    const stalled = await waitPolicy('broken', (p) => isCurrent(p) && condition(p, 'Stalled')?.status === 'True' && p.status?.failedReplicas === 3);
+    const stalled = await waitPolicy(
+      'broken',
+      (p) =>
+        isCurrent(p) &&
+        condition(p, 'Stalled')?.status === 'True' &&
+        p.status?.failedReplicas === 3,
+    );
     assert.equal(condition(stalled, 'Ready')?.status, 'False');
     assert.equal(condition(stalled, 'Stalled')?.reason, 'LoadFailed');
     assert.equal(stalled.status?.failedReplicas, 3);
     assert.equal(stalled.status?.failures?.length, 3);
-    for (const f of stalled.status?.failures ?? []) assert.equal(f.message, 'module download failed: 404');
+    for (const f of stalled.status?.failures ?? [])
+      assert.equal(f.message, 'module download failed: 404');
     assert.match(condition(stalled, 'Ready')?.message ?? '', /module download failed: 404/);
 
-    const aboutBroken = (e: { regarding?: { uid?: string } }) => e.regarding?.uid === stalled.metadata.uid;
-    const warning = await watchUntil<KubernetesObject & { type?: string; note?: string; regarding?: { uid?: string } }>(
+    const aboutBroken = (e: { regarding?: { uid?: string } }) =>
+      e.regarding?.uid === stalled.metadata.uid;
+    const warning = await watchUntil<
+      KubernetesObject & { type?: string; note?: string; regarding?: { uid?: string } }
+    >(
       kc,
       '/apis/events.k8s.io/v1/namespaces/default/events',
       (e) => aboutBroken(e) && e.type === 'Warning',
@@ -108,37 +178,70 @@ describe('rollcall end to end', () => {
     assert.equal(condition(good, 'Ready')?.status, 'True');
     assert.ok(await webhookOf('good'));
     // Events are written on transitions only: the Warning is not repeated per reconcile.
-    const events = await kc.makeApiClient(EventsV1Api).listNamespacedEvent({ namespace: 'default' });
+    const events = await kc
+      .makeApiClient(EventsV1Api)
+      .listNamespacedEvent({ namespace: 'default' });
     const warnings = events.items.filter((e) => aboutBroken(e) && e.type === 'Warning');
-    assert.ok(warnings.length >= 1 && warnings.length <= 3, `one Warning per replica at most, got ${warnings.length}`);
+    assert.ok(
+      warnings.length >= 1 && warnings.length <= 3,
+      `one Warning per replica at most, got ${warnings.length}`,
+    );
   });
 
   test('updating a Ready policy to a failing module keeps the last good rules and says which generation is served', async () => {
     apply(policy('good', ps, 'sim://fail?message=bad+release', ['pods', 'services']));
-    const stalled = await waitPolicy('good', (p) => p.metadata.generation === 2 && isCurrent(p) && condition(p, 'Stalled')?.status === 'True');
+    const stalled = await waitPolicy(
+      'good',
+      (p) =>
+        p.metadata.generation === 2 && isCurrent(p) && condition(p, 'Stalled')?.status === 'True',
+    );
     assert.equal(stalled.status?.servedGeneration, 1);
     assert.match(condition(stalled, 'Ready')?.message ?? '', /bad release/);
     assert.match(condition(stalled, 'Ready')?.message ?? '', /generation 1/);
     const hook = await webhookOf('good');
-    assert.deepEqual(hook?.webhooks?.[0]?.rules?.[0]?.resources, ['pods'], 'the webhook still enforces generation 1');
+    assert.deepEqual(
+      hook?.webhooks?.[0]?.rules?.[0]?.resources,
+      ['pods'],
+      'the webhook still enforces generation 1',
+    );
     assert.equal(hook?.metadata?.annotations?.['rollcall.dev/served-generation'], '1');
 
     apply(policy('good', ps, 'sim://ok', ['pods', 'services']));
-    await waitPolicy('good', (p) => p.metadata.generation === 3 && isCurrent(p) && condition(p, 'Ready')?.status === 'True');
-    const served = await watchUntil<V1ValidatingWebhookConfiguration>(kc, webhooks, (w) => w.metadata?.annotations?.['rollcall.dev/served-generation'] === '3', {
-      fieldSelector: 'metadata.name=rollcall-good',
-    });
+    await waitPolicy(
+      'good',
+      (p) =>
+        p.metadata.generation === 3 && isCurrent(p) && condition(p, 'Ready')?.status === 'True',
+    );
+    const served = await watchUntil<V1ValidatingWebhookConfiguration>(
+      kc,
+      webhooks,
+      (w) => w.metadata?.annotations?.['rollcall.dev/served-generation'] === '3',
+      {
+        fieldSelector: 'metadata.name=rollcall-good',
+      },
+    );
     assert.deepEqual(served.webhooks?.[0]?.rules?.[0]?.resources, ['pods', 'services']);
   });
 
   test('scaling the server 3 → 5 → 2 moves the counts, and deleting a policy removes its webhook', async () => {
     apply(server(ps, 5));
-    await waitPolicy('good', (p) => p.status?.ready === '5/5' && condition(p, 'Ready')?.status === 'True');
+    await waitPolicy(
+      'good',
+      (p) => p.status?.ready === '5/5' && condition(p, 'Ready')?.status === 'True',
+    );
     apply(server(ps, 2));
-    await waitPolicy('good', (p) => p.status?.ready === '2/2' && condition(p, 'Ready')?.status === 'True');
-    const ready = await watchUntil<PolicyServer & KubernetesObject>(kc, servers, (s) => s.status?.ready === '2/2' && condition(s, 'Ready')?.status === 'True', {
-      fieldSelector: `metadata.name=${ps}`,
-    });
+    await waitPolicy(
+      'good',
+      (p) => p.status?.ready === '2/2' && condition(p, 'Ready')?.status === 'True',
+    );
+    const ready = await watchUntil<PolicyServer & KubernetesObject>(
+      kc,
+      servers,
+      (s) => s.status?.ready === '2/2' && condition(s, 'Ready')?.status === 'True',
+      {
+        fieldSelector: `metadata.name=${ps}`,
+      },
+    );
     assert.equal(ready.status?.readyReplicas, 2);
 
     kubectl(testCluster(), ['delete', 'policy', 'good']);
@@ -149,23 +252,39 @@ describe('rollcall end to end', () => {
     const core = kc.makeApiClient(CoreV1Api);
     const spoof = uniqueName('spoof');
     apply(policy('trusted', ps, 'sim://ok'));
-    await waitPolicy('trusted', (p) => isCurrent(p) && p.status?.ready === '2/2' && condition(p, 'Ready')?.status === 'True');
+    await waitPolicy(
+      'trusted',
+      (p) => isCurrent(p) && p.status?.ready === '2/2' && condition(p, 'Ready')?.status === 'True',
+    );
     await core.createNamespacedPod({
       namespace,
       body: {
         metadata: {
           name: spoof,
           labels: { 'rollcall.dev/policy-server': ps },
-          annotations: { 'rollcall.dev/policies': JSON.stringify({ trusted: { generation: 1, state: 'Failed', message: 'spoofed' } }) },
+          annotations: {
+            'rollcall.dev/policies': JSON.stringify({
+              trusted: { generation: 1, state: 'Failed', message: 'spoofed' },
+            }),
+          },
         },
         spec: { containers: [{ name: 'x', image: 'example.invalid/x' }] },
       },
     });
     after(() => core.deleteNamespacedPod({ name: spoof, namespace }));
     // Give the watcher and workers a full round: touch the policy server so its policies re-run.
-    kubectl(testCluster(), ['annotate', 'policyserver', ps, `touched=${Date.now()}`, '--overwrite']);
-    await watchUntil(kc, `/api/v1/namespaces/${namespace}/pods`, (p: KubernetesObject & { status?: { conditions?: { type: string; status: string }[] } }) =>
-      p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false,
+    kubectl(testCluster(), [
+      'annotate',
+      'policyserver',
+      ps,
+      `touched=${Date.now()}`,
+      '--overwrite',
+    ]);
+    await watchUntil(
+      kc,
+      `/api/v1/namespaces/${namespace}/pods`,
+      (p: KubernetesObject & { status?: { conditions?: { type: string; status: string }[] } }) =>
+        p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false,
       { fieldSelector: `metadata.name=${spoof}` },
     );
     await new Promise((r) => setTimeout(r, 2000));
@@ -178,10 +297,20 @@ describe('rollcall end to end', () => {
   test('a PolicyServer whose pods never become Ready is Reconciling, then Stalled after its progress deadline', async () => {
     const stuck = uniqueName('stuck').slice(0, 40);
     apply(server(stuck, 2, { image: 'sim://never-ready', progressDeadlineSeconds: 5 }));
-    await watchUntil<PolicyServer & KubernetesObject>(kc, servers, (s) => condition(s, 'Reconciling')?.status === 'True', { fieldSelector: `metadata.name=${stuck}` });
-    const stalled = await watchUntil<PolicyServer & KubernetesObject>(kc, servers, (s) => condition(s, 'Stalled')?.status === 'True', {
-      fieldSelector: `metadata.name=${stuck}`,
-    });
+    await watchUntil<PolicyServer & KubernetesObject>(
+      kc,
+      servers,
+      (s) => condition(s, 'Reconciling')?.status === 'True',
+      { fieldSelector: `metadata.name=${stuck}` },
+    );
+    const stalled = await watchUntil<PolicyServer & KubernetesObject>(
+      kc,
+      servers,
+      (s) => condition(s, 'Stalled')?.status === 'True',
+      {
+        fieldSelector: `metadata.name=${stuck}`,
+      },
+    );
     assert.match(condition(stalled, 'Stalled')?.reason ?? '', /ProgressDeadlineExceeded/);
     assert.equal(condition(stalled, 'Ready')?.status, 'False');
   });

@@ -10,19 +10,31 @@ import type { Policy } from '../../../api/v1alpha1.ts';
 import { installCrds } from '../../../roles/install-crds.ts';
 import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 import { redisUrl } from '../../support/redis.ts';
-import { deleteRollcallObjects, ensureNamespace, startRollcall, testDb, type RollcallProcess } from '../../support/rollcall.ts';
+import {
+  deleteRollcallObjects,
+  ensureNamespace,
+  startRollcall,
+  testDb,
+  type RollcallProcess,
+} from '../../support/rollcall.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rollcall-recovery';
 const db = testDb();
-const apply = (objects: object[]) => kubectl(testCluster(), ['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
+const apply = (objects: object[]) =>
+  kubectl(testCluster(), ['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
 const policy = (name: string, server: string, module: string) => ({
   apiVersion: 'rollcall.dev/v1alpha1',
   kind: 'Policy',
   metadata: { name },
-  spec: { policyServer: server, module, rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }] },
+  spec: {
+    policyServer: server,
+    module,
+    rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+  },
 });
-const summaryOf = (p: Policy) => (p.status?.observedGeneration === p.metadata.generation ? p.status?.summary : undefined);
+const summaryOf = (p: Policy) =>
+  p.status?.observedGeneration === p.metadata.generation ? p.status?.summary : undefined;
 
 /** Resolves when every named policy has the wanted summary for its current generation. */
 async function waitAll(names: string[], summary: string, timeoutMs = 90_000): Promise<void> {
@@ -52,7 +64,14 @@ describe('recovery of rollcall processes', () => {
     await ensureNamespace(kc, namespace);
     await installCrds(kc, { info: () => {} });
     start('recovery-sim', ['sim']);
-    apply([{ apiVersion: 'rollcall.dev/v1alpha1', kind: 'PolicyServer', metadata: { name: server }, spec: { image: 'sim://policy-server', replicas: 2 } }]);
+    apply([
+      {
+        apiVersion: 'rollcall.dev/v1alpha1',
+        kind: 'PolicyServer',
+        metadata: { name: server },
+        spec: { image: 'sim://policy-server', replicas: 2 },
+      },
+    ]);
   });
 
   after(async () => {
@@ -76,7 +95,13 @@ describe('recovery of rollcall processes', () => {
     // One write per second keeps jobs active (waiting for tokens) long enough to kill them mid-run.
     const slow = procs.find((p) => p.name === 'recovery-worker-1')!;
     await slow.stop();
-    const throttled = start('recovery-worker-slow', ['worker', '--write-rate', '1', '--write-burst', '1']);
+    const throttled = start('recovery-worker-slow', [
+      'worker',
+      '--write-rate',
+      '1',
+      '--write-burst',
+      '1',
+    ]);
     const names = Array.from({ length: 8 }, (_, i) => `rec-b${i}`);
     apply(names.map((n) => policy(n, server, 'sim://ok')));
 
@@ -100,6 +125,9 @@ describe('recovery of rollcall processes', () => {
     const killedAt = Date.now();
     apply([policy('rec-c', server, 'sim://ok')]);
     await waitAll(['rec-c'], 'Ready', 60_000);
-    assert.ok(Date.now() - killedAt < 15_000 + 10_000, 'took over within the 15 s lease (plus reconcile time)');
+    assert.ok(
+      Date.now() - killedAt < 15_000 + 10_000,
+      'took over within the 15 s lease (plus reconcile time)',
+    );
   });
 });

@@ -10,7 +10,11 @@ import { sleep, waitFor } from './harness.ts';
 
 type Processor = (job: Job<{ n: number }>, token?: string) => Promise<void>;
 
-async function setup(name: string, processor: Processor, workerOpts: { lockDuration?: number; stalledInterval?: number } = {}) {
+async function setup(
+  name: string,
+  processor: Processor,
+  workerOpts: { lockDuration?: number; stalledInterval?: number } = {},
+) {
   const prefix = uniquePrefix(name);
   const redis = new Redis(redisUrl(), { maxRetriesPerRequest: null });
   const queue = new Queue<{ n: number }>('q', { connection: redis, prefix });
@@ -40,7 +44,9 @@ async function setup(name: string, processor: Processor, workerOpts: { lockDurat
   };
 }
 
-const dedup = (extra: object = {}): JobsOptions => ({ deduplication: { id: 'policy/a', keepLastIfActive: true, ...extra } });
+const dedup = (extra: object = {}): JobsOptions => ({
+  deduplication: { id: 'policy/a', keepLastIfActive: true, ...extra },
+});
 
 test('keepLastIfActive: adds during a run become one successor carrying the last add, run after it', async () => {
   const s = await setup('keeplast', () => sleep(150));
@@ -48,10 +54,19 @@ test('keepLastIfActive: adds during a run become one successor carrying the last
     const first = await s.queue.add('x', { n: 0 }, { ...dedup(), jobId: 'j0' });
     await waitFor('first run', () => s.runs.length === 1);
     const returned = [];
-    for (let n = 1; n <= 10; n++) returned.push((await s.queue.add('x', { n }, { ...dedup(), jobId: `j${n}` })).id);
+    for (let n = 1; n <= 10; n++)
+      returned.push((await s.queue.add('x', { n }, { ...dedup(), jobId: `j${n}` })).id);
     assert.deepEqual(new Set(returned), new Set([first.id]), 'every add returns the active job id');
-    assert.equal(await s.redis.exists(s.queue.toKey('dn:policy/a')), 1, 'the successor is held in <prefix>:<queue>:dn:<id>');
-    assert.equal((await s.queue.getJobCounts('waiting')).waiting, 0, 'nothing waits while the job runs');
+    assert.equal(
+      await s.redis.exists(s.queue.toKey('dn:policy/a')),
+      1,
+      'the successor is held in <prefix>:<queue>:dn:<id>',
+    );
+    assert.equal(
+      (await s.queue.getJobCounts('waiting')).waiting,
+      0,
+      'nothing waits while the job runs',
+    );
     await waitFor('successor ran', () => s.runs.length === 2);
     await sleep(300);
     assert.equal(s.runs.length, 2);
@@ -70,7 +85,11 @@ test('native retries: a successor stored during a failing run waits until all re
     if (job.id === 'j0') throw new Error('fails');
   });
   try {
-    await s.queue.add('x', { n: 0 }, { ...dedup(), jobId: 'j0', attempts: 3, backoff: { type: 'fixed', delay: 400 } });
+    await s.queue.add(
+      'x',
+      { n: 0 },
+      { ...dedup(), jobId: 'j0', attempts: 3, backoff: { type: 'fixed', delay: 400 } },
+    );
     await waitFor('first attempt', () => s.runs.length === 1);
     const duringRun = await s.queue.add('x', { n: 1 }, { ...dedup(), jobId: 'j1' });
     assert.equal(duringRun.id, 'j0');
@@ -102,7 +121,11 @@ test('moveToDelayed: an add during the delay joins the delayed job and waits, un
     await sleep(300);
     assert.equal(s.runs.length, 1, 'without reschedule the add waits out the 60 s delay');
 
-    const rescheduled = await s.queue.add('x', { n: 2 }, { ...dedup({ reschedule: true }), jobId: 'j2' });
+    const rescheduled = await s.queue.add(
+      'x',
+      { n: 2 },
+      { ...dedup({ reschedule: true }), jobId: 'j2' },
+    );
     assert.equal(rescheduled.id, 'j0', 'reschedule keeps the job and its id');
     await waitFor('rescheduled run', () => s.runs.length === 2, 2000);
     assert.ok(s.runs[1]!.at - s.runs[0]!.at < 1000);
@@ -118,10 +141,14 @@ test('a job whose worker died stays deduplicated until another worker re-runs it
   const runs: string[] = [];
   // The first worker takes the job and never finishes it, then vanishes without a word.
   const doomedRedis = new Redis(redisUrl(), { maxRetriesPerRequest: null });
-  const doomed = new Worker('q', async (job) => {
-    runs.push(`doomed:${job.id}`);
-    await new Promise(() => {});
-  }, { connection: doomedRedis, prefix, lockDuration: 600, stalledInterval: 300 });
+  const doomed = new Worker(
+    'q',
+    async (job) => {
+      runs.push(`doomed:${job.id}`);
+      await new Promise(() => {});
+    },
+    { connection: doomedRedis, prefix, lockDuration: 600, stalledInterval: 300 },
+  );
   // (Every worker must use the same stalledInterval: the last check sets a shared
   // `stalled-check` key for that long, and no worker checks again before it expires.)
   let survivor: Worker | undefined;
@@ -131,17 +158,28 @@ test('a job whose worker died stays deduplicated until another worker re-runs it
     await doomed.close(true);
     doomedRedis.disconnect();
 
-    const adds = [await queue.add('x', {}, { ...dedup(), jobId: 'j1' }), await queue.add('x', {}, { ...dedup(), jobId: 'j2' })];
-    assert.deepEqual(adds.map((j) => j.id), ['j0', 'j0'], 'the dead job still holds the key');
+    const adds = [
+      await queue.add('x', {}, { ...dedup(), jobId: 'j1' }),
+      await queue.add('x', {}, { ...dedup(), jobId: 'j2' }),
+    ];
+    assert.deepEqual(
+      adds.map((j) => j.id),
+      ['j0', 'j0'],
+      'the dead job still holds the key',
+    );
 
     const events = new QueueEvents('q', { connection: { url: redisUrl() } as never, prefix });
     const stalled: string[] = [];
     events.on('stalled', ({ jobId }) => stalled.push(jobId));
     await events.waitUntilReady();
-    survivor = new Worker('q', async (job) => {
-      runs.push(`survivor:${job.id}`);
-      await sleep(20);
-    }, { connection: redis, prefix, lockDuration: 600, stalledInterval: 300 });
+    survivor = new Worker(
+      'q',
+      async (job) => {
+        runs.push(`survivor:${job.id}`);
+        await sleep(20);
+      },
+      { connection: redis, prefix, lockDuration: 600, stalledInterval: 300 },
+    );
     await waitFor('stalled job and successor ran', () => runs.length === 3, 10_000);
     assert.deepEqual(runs, ['doomed:j0', 'survivor:j0', 'survivor:j2']);
     await waitFor('stalled event', () => stalled.includes('j0'));
@@ -160,11 +198,22 @@ test('removeOnComplete and removeOnFail do not strand the deduplication key', as
   });
   try {
     for (let n = 0; n < 4; n++) {
-      await s.queue.add('x', { n }, { ...dedup(), jobId: `j${n}`, removeOnComplete: true, removeOnFail: true });
+      await s.queue.add(
+        'x',
+        { n },
+        { ...dedup(), jobId: `j${n}`, removeOnComplete: true, removeOnFail: true },
+      );
       await waitFor(`run ${n}`, () => s.runs.length === n + 1);
-      await waitFor('dedup key released', async () => (await s.redis.exists(s.dedupKey('policy/a'))) === 0);
+      await waitFor(
+        'dedup key released',
+        async () => (await s.redis.exists(s.dedupKey('policy/a'))) === 0,
+      );
     }
-    assert.deepEqual(s.runs.map((r) => r.id), ['j0', 'j1', 'j2', 'j3'], 'each add after a finish made a new job');
+    assert.deepEqual(
+      s.runs.map((r) => r.id),
+      ['j0', 'j1', 'j2', 'j3'],
+      'each add after a finish made a new job',
+    );
     const counts = await s.queue.getJobCounts('completed', 'failed');
     assert.deepEqual(counts, { completed: 0, failed: 0 });
   } finally {
@@ -185,7 +234,10 @@ test('trimming old finished jobs by count does not delete the key of a newer pen
     await s.queue.add('x', { n: 2 }, { ...dedup(), jobId: 'j2', removeOnComplete: { count: 1 } });
     release();
     await waitFor('j2 ran', () => s.runs.length === 3);
-    assert.deepEqual(s.runs.map((r) => r.id), ['j0', 'j1', 'j2']);
+    assert.deepEqual(
+      s.runs.map((r) => r.id),
+      ['j0', 'j1', 'j2'],
+    );
   } finally {
     await s.close();
   }
@@ -196,7 +248,10 @@ test('a plain custom jobId blocks every later add of that id once completed (why
   try {
     await s.queue.add('x', { n: 0 }, { jobId: 'policy_a' });
     await waitFor('ran', () => s.runs.length === 1);
-    await waitFor('completed', async () => (await s.queue.getJobCounts('completed')).completed === 1);
+    await waitFor(
+      'completed',
+      async () => (await s.queue.getJobCounts('completed')).completed === 1,
+    );
     await s.queue.add('x', { n: 1 }, { jobId: 'policy_a' });
     await sleep(300);
     assert.equal(s.runs.length, 1, 'the second add was silently dropped');

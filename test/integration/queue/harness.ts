@@ -2,7 +2,13 @@
 // of their own, and a recorder of runs.
 
 import { pino } from 'pino';
-import { runWorker, type Handler, type HandlerContext, type RunningWorker, type RunWorkerOptions } from '../../../queue/run-worker.ts';
+import {
+  runWorker,
+  type Handler,
+  type HandlerContext,
+  type RunningWorker,
+  type RunWorkerOptions,
+} from '../../../queue/run-worker.ts';
 import { WorkQueue, type WorkQueueOptions } from '../../../queue/work-queue.ts';
 import { redisUrl, uniquePrefix } from '../../support/redis.ts';
 
@@ -58,7 +64,11 @@ export async function startHarness(
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-export async function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+export async function waitFor(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 10_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);

@@ -49,7 +49,9 @@ async function chaos(opts: ChaosOptions): Promise<Report> {
     everyWorker.add(child);
     await new Promise<void>((resolve, reject) => {
       child.once('message', () => resolve());
-      child.once('exit', (code) => reject(new Error(`worker exited with ${code} before it was ready`)));
+      child.once('exit', (code) =>
+        reject(new Error(`worker exited with ${code} before it was ready`)),
+      );
     });
     workers.add(child); // only ready workers are candidates for a kill
   };
@@ -89,7 +91,8 @@ async function chaos(opts: ChaosOptions): Promise<Report> {
     // Bursts over skewed keys: a few hot keys get most events, like a rollout.
     let sent = 0;
     // Keep streaming until the killer struck a few times (bounded), so every run sees kills.
-    const enough = () => sent >= opts.events && (opts.killEveryMs === 0 || kills >= 3 || sent >= 3 * opts.events);
+    const enough = () =>
+      sent >= opts.events && (opts.killEveryMs === 0 || kills >= 3 || sent >= 3 * opts.events);
     while (!enough()) {
       const left = sent < opts.events ? opts.events - sent : 3 * opts.events - sent;
       const burst = Math.min(left, 50 + Math.floor(Math.random() * 250));
@@ -119,17 +122,27 @@ async function chaos(opts: ChaosOptions): Promise<Report> {
       if (seq > 0 && converged < seq) unconvergedKeys.push(key);
     }
     const runs = Number(await redis.get(`${t}:runs`));
-    return { events: sent, runs, kills, interruptedRuns, overlappingKeys, unconvergedKeys, seconds: (Date.now() - started) / 1000 };
+    return {
+      events: sent,
+      runs,
+      kills,
+      interruptedRuns,
+      overlappingKeys,
+      unconvergedKeys,
+      seconds: (Date.now() - started) / 1000,
+    };
   } finally {
     // SIGTERM: graceful shutdown must let every worker exit on its own.
     await Promise.all(
-      [...everyWorker].filter((child) => child.exitCode === null && child.signalCode === null).map(
-        (child) =>
-          new Promise((resolve) => {
-            child.once('exit', resolve);
-            child.kill('SIGTERM');
-          }),
-      ),
+      [...everyWorker]
+        .filter((child) => child.exitCode === null && child.signalCode === null)
+        .map(
+          (child) =>
+            new Promise((resolve) => {
+              child.once('exit', resolve);
+              child.kill('SIGTERM');
+            }),
+        ),
     );
     await queue.queue.obliterate({ force: true }).catch(() => {});
     await queue.close();
@@ -146,7 +159,10 @@ test('3+ worker processes with random kills: no key runs twice at once, every la
   assert.ok(report.interruptedRuns > 0, 'some kills hit runs in progress');
   assert.deepEqual(report.overlappingKeys, [], 'no key ran concurrently');
   assert.deepEqual(report.unconvergedKeys, [], 'every key ran to done after its last enqueue');
-  assert.ok(report.runs < report.events / 2, `runs (${report.runs}) well below events (${report.events})`);
+  assert.ok(
+    report.runs < report.events / 2,
+    `runs (${report.runs}) well below events (${report.events})`,
+  );
 });
 
 test('the checker catches violations: with coalescing off, keys run concurrently', async (t) => {

@@ -33,7 +33,10 @@ test('an enqueue while the key runs makes exactly one more run after it, never a
     await h.queue.enqueue('test/a');
     await waitFor('first run', () => h.runs.length === 1);
     const adds = await Promise.all([1, 2, 3, 4, 5].map(() => h.queue.enqueue('test/a')));
-    assert.ok(adds.every((a) => a.coalesced), 'adds during a run coalesce into one successor');
+    assert.ok(
+      adds.every((a) => a.coalesced),
+      'adds during a run coalesce into one successor',
+    );
     await waitFor('drained', async () => (await h.queue.pending()) === 0 && active === 0);
     await sleep(200);
     assert.equal(h.runs.length, 2);
@@ -44,12 +47,17 @@ test('an enqueue while the key runs makes exactly one more run after it, never a
 });
 
 test('requeueAfter runs the key again after the delay, and a fresh enqueue pulls that run forward', async () => {
-  const h = await startHarness('requeue', async (_key, _ctx, runs) => (runs.length === 1 ? requeueAfter(300) : runs.length === 3 ? requeueAfter(60_000) : done()));
+  const h = await startHarness('requeue', async (_key, _ctx, runs) =>
+    runs.length === 1 ? requeueAfter(300) : runs.length === 3 ? requeueAfter(60_000) : done(),
+  );
   try {
     await h.queue.enqueue('test/a');
     await waitFor('requeued run', () => h.runs.length === 2);
     const [first, second] = h.runs;
-    assert.ok(second!.at - first!.at >= 290, `second run ${second!.at - first!.at} ms after the first`);
+    assert.ok(
+      second!.at - first!.at >= 290,
+      `second run ${second!.at - first!.at} ms after the first`,
+    );
     assert.ok(second!.at - first!.at < 1500);
 
     // Third run asks for a run in a minute; an event arrives meanwhile: it must not wait.
@@ -78,7 +86,10 @@ test('retryable errors back off exponentially per key up to the cap, and success
   try {
     await h.queue.enqueue('test/a');
     await waitFor('all retries and the success', () => h.runs.length === failTimes + 1, 15_000);
-    assert.deepEqual(h.runs.map((r) => r.failures), [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert.deepEqual(
+      h.runs.map((r) => r.failures),
+      [0, 1, 2, 3, 4, 5, 6, 7],
+    );
     const expected = [50, 100, 200, 400, 400, 400, 400];
     const actual = gaps(h.runs.map((r) => r.at));
     actual.forEach((gap, i) => {
@@ -86,18 +97,30 @@ test('retryable errors back off exponentially per key up to the cap, and success
       assert.ok(gap < expected[i]! + 250, `gap ${i} was ${gap} ms, expected about ${expected[i]}`);
     });
     await waitFor('drained', async () => (await h.queue.pending()) === 0);
-    assert.equal(await h.queue.redis.hget(h.queue.failuresKey, 'test/a'), null, 'success forgets failures');
+    assert.equal(
+      await h.queue.redis.hget(h.queue.failuresKey, 'test/a'),
+      null,
+      'success forgets failures',
+    );
     const [job] = await h.queue.queue.getJobs(['completed']);
-    assert.equal(job?.attemptsMade, 1, 'handler retries are not BullMQ attempts: only the finishing run counts');
+    assert.equal(
+      job?.attemptsMade,
+      1,
+      'handler retries are not BullMQ attempts: only the finishing run counts',
+    );
   } finally {
     await h.close();
   }
 });
 
 test('the last error is visible on a job waiting for its retry', async () => {
-  const h = await startHarness('lasterror', async () => {
-    throw new Error('apiserver unreachable');
-  }, { backoff: { baseMs: 60_000, capMs: 60_000, jitter: 0 } });
+  const h = await startHarness(
+    'lasterror',
+    async () => {
+      throw new Error('apiserver unreachable');
+    },
+    { backoff: { baseMs: 60_000, capMs: 60_000, jitter: 0 } },
+  );
   try {
     await h.queue.enqueue('test/a');
     await waitFor('delayed', async () => (await h.queue.counts()).delayed === 1);
@@ -146,7 +169,8 @@ test('a key without a handler fails terminally', async () => {
 
 test('429 runs the key again after Retry-After without counting a failure, and pauses all writes', async () => {
   const h = await startHarness('throttled', async (_key, _ctx, runs) => {
-    if (runs.length === 1) throw new ApiException(429, 'Too Many Requests', {}, { 'retry-after': '1' });
+    if (runs.length === 1)
+      throw new ApiException(429, 'Too Many Requests', {}, { 'retry-after': '1' });
   });
   try {
     await h.queue.enqueue('test/a');
@@ -170,7 +194,8 @@ test('429 does not grow the backoff of a key that is already failing', async () 
     'throttled-backoff',
     async (_key, _ctx, runs) => {
       if (runs.length === 1) throw new Error('first failure');
-      if (runs.length === 2) throw new ApiException(429, 'Too Many Requests', {}, { 'Retry-After': '0' });
+      if (runs.length === 2)
+        throw new ApiException(429, 'Too Many Requests', {}, { 'Retry-After': '0' });
       if (runs.length === 3) throw new Error('second failure');
     },
     { backoff: { baseMs: 100, capMs: 10_000, jitter: 0 } },
@@ -178,7 +203,10 @@ test('429 does not grow the backoff of a key that is already failing', async () 
   try {
     await h.queue.enqueue('test/a');
     await waitFor('four runs', () => h.runs.length === 4, 5000);
-    assert.deepEqual(h.runs.map((r) => r.failures), [0, 1, 1, 2]);
+    assert.deepEqual(
+      h.runs.map((r) => r.failures),
+      [0, 1, 1, 2],
+    );
     const gap = h.runs[3]!.at - h.runs[2]!.at;
     assert.ok(gap >= 195 && gap < 500, `second failure backed off ${gap} ms (2nd step, 200 ms)`);
   } finally {
@@ -187,9 +215,13 @@ test('429 does not grow the backoff of a key that is already failing', async () 
 });
 
 test('409 re-runs the key at once, not counted as a failure', async () => {
-  const h = await startHarness('conflict', async (_key, _ctx, runs) => {
-    if (runs.length === 1) throw new ApiException(409, 'Conflict', {}, {});
-  }, { backoff: { baseMs: 5000, capMs: 5000, jitter: 0 } });
+  const h = await startHarness(
+    'conflict',
+    async (_key, _ctx, runs) => {
+      if (runs.length === 1) throw new ApiException(409, 'Conflict', {}, {});
+    },
+    { backoff: { baseMs: 5000, capMs: 5000, jitter: 0 } },
+  );
   try {
     await h.queue.enqueue('test/a');
     await waitFor('re-run', () => h.runs.length === 2, 3000);

@@ -42,11 +42,25 @@ await runWorker({
     obj: async (key) => {
       const runId = `${process.pid}.${runs++}`;
       const seq = Number(
-        await startRun.run(redis, [`${t}:active:${key}`, `${t}:overlaps`, `${t}:running:${process.pid}`, `${t}:seq:${key}`, `${t}:runs`], [runId, key]),
+        await startRun.run(
+          redis,
+          [
+            `${t}:active:${key}`,
+            `${t}:overlaps`,
+            `${t}:running:${process.pid}`,
+            `${t}:seq:${key}`,
+            `${t}:runs`,
+          ],
+          [runId, key],
+        ),
       );
       await new Promise((resolve) => setTimeout(resolve, Math.random() * maxDelayMs));
       const roll = Math.random();
-      await redis.multi().srem(`${t}:active:${key}`, runId).srem(`${t}:running:${process.pid}`, `${key}|${runId}`).exec();
+      await redis
+        .multi()
+        .srem(`${t}:active:${key}`, runId)
+        .srem(`${t}:running:${process.pid}`, `${key}|${runId}`)
+        .exec();
       if (roll < 0.1) throw new Error('random retryable failure');
       if (roll < 0.15) return requeueAfter(30);
       await redis.zadd(`${t}:converged`, 'GT', seq, key);

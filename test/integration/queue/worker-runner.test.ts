@@ -27,9 +27,14 @@ test('shutdown stops taking jobs and lets the active one finish', async () => {
 });
 
 test('after the grace period, shutdown aborts the handler and another worker re-runs the job', async () => {
-  const h = await startHarness('grace', async (_key, ctx, runs) => {
-    if (runs.length === 1) await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
-  }, { shutdownGraceMs: 100, lockDurationMs: 500, stalledIntervalMs: 250 });
+  const h = await startHarness(
+    'grace',
+    async (_key, ctx, runs) => {
+      if (runs.length === 1)
+        await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+    },
+    { shutdownGraceMs: 100, lockDurationMs: 500, stalledIntervalMs: 250 },
+  );
   let second: Awaited<ReturnType<typeof runWorker>> | undefined;
   try {
     await h.queue.enqueue('test/a');
@@ -81,7 +86,14 @@ test('metrics count adds, coalesced adds, runs by outcome, retries, durations an
     await Promise.all([1, 2, 3, 4].map(() => queue!.enqueue('test/a')));
     await waitFor('runs', async () => runs >= 3 && (await queue!.pending()) === 0, 5000);
     const text = await registry.metrics();
-    const value = (line: string) => Number(text.split('\n').find((l) => l.startsWith(line))?.split(' ').at(-1));
+    const value = (line: string) =>
+      Number(
+        text
+          .split('\n')
+          .find((l) => l.startsWith(line))
+          ?.split(' ')
+          .at(-1),
+      );
     assert.equal(value('rollcall_queue_adds_total{function="test"}'), 4);
     assert.equal(value('rollcall_queue_coalesced_adds_total{function="test"}'), 3);
     assert.equal(value('rollcall_queue_runs_total{function="test",outcome="retry"}'), 1);

@@ -17,51 +17,62 @@ afterEach(async () => {
   assert.ok(await apiserverReady(testCluster()), 'the apiserver is serving after the test');
 });
 
-test('an apiserver restart mid-storm: watches break, relist, and the end state matches', { timeout: 150_000 }, async () => {
-  await installCrds(kc, { info: () => {} });
-  const procs = new Processes('rel-apiserver');
-  after(async () => {
+test(
+  'an apiserver restart mid-storm: watches break, relist, and the end state matches',
+  { timeout: 150_000 },
+  async () => {
+    await installCrds(kc, { info: () => {} });
+    const procs = new Processes('rel-apiserver');
+    after(async () => {
+      await procs.stopAll();
+      await deleteRollcallObjects(kc);
+    });
+    const s = new Scenario(kc, 'rel-apiserver', seedFromEnv());
+    procs.run();
+    procs.sim();
+    await s.setup(2);
+    await s.storm(8);
+    await restartApiserver(testCluster());
+    await s.storm(6);
+    await s.converge(75_000);
     await procs.stopAll();
-    await deleteRollcallObjects(kc);
-  });
-  const s = new Scenario(kc, 'rel-apiserver', seedFromEnv());
-  procs.run();
-  procs.sim();
-  await s.setup(2);
-  await s.storm(8);
-  await restartApiserver(testCluster());
-  await s.storm(6);
-  await s.converge(75_000);
-  await procs.stopAll();
-});
+  },
+);
 
-test('etcd compacted and watches reconnected: every reflector gets 410 Gone and relists', { timeout: 150_000 }, async () => {
-  await installCrds(kc, { info: () => {} });
-  const procs = new Processes('rel-gone');
-  after(async () => {
-    await procs.stopAll();
-    await deleteRollcallObjects(kc);
-  });
-  const s = new Scenario(kc, 'rel-gone', seedFromEnv());
-  const port = await freePort();
-  procs.run(['--port', String(port)]);
-  procs.sim();
-  await s.setup(2);
-  await s.storm(6);
-  await s.converge(60_000);
-  const relists = async () =>
-    (await metric(port, 'rollcall_watch_relists_total', { reason: 'gone' })) +
-    (await metric(port, 'rollcall_watch_relists_total', { reason: 'initial' }));
-  const before = await relists();
-  await s.storm(4);
-  // Compact to the current revision, then restart the apiserver: its new watch cache starts
-  // there, so a watch resuming from an older resourceVersion is answered 410 Gone and relists.
-  // A restart longer than the leader's renew deadline makes the watcher step down and list
-  // afresh when it leads again: either way every watch must list again, counted below.
-  await compactEtcd(testCluster());
-  await restartApiserver(testCluster());
-  await s.storm(4);
-  await s.converge(75_000);
-  const relisted = (await relists()) - before;
-  assert.ok(relisted >= 3, `expected the watches to list again after compaction and restart, got ${relisted} relists`);
-});
+test(
+  'etcd compacted and watches reconnected: every reflector gets 410 Gone and relists',
+  { timeout: 150_000 },
+  async () => {
+    await installCrds(kc, { info: () => {} });
+    const procs = new Processes('rel-gone');
+    after(async () => {
+      await procs.stopAll();
+      await deleteRollcallObjects(kc);
+    });
+    const s = new Scenario(kc, 'rel-gone', seedFromEnv());
+    const port = await freePort();
+    procs.run(['--port', String(port)]);
+    procs.sim();
+    await s.setup(2);
+    await s.storm(6);
+    await s.converge(60_000);
+    const relists = async () =>
+      (await metric(port, 'rollcall_watch_relists_total', { reason: 'gone' })) +
+      (await metric(port, 'rollcall_watch_relists_total', { reason: 'initial' }));
+    const before = await relists();
+    await s.storm(4);
+    // Compact to the current revision, then restart the apiserver: its new watch cache starts
+    // there, so a watch resuming from an older resourceVersion is answered 410 Gone and relists.
+    // A restart longer than the leader's renew deadline makes the watcher step down and list
+    // afresh when it leads again: either way every watch must list again, counted below.
+    await compactEtcd(testCluster());
+    await restartApiserver(testCluster());
+    await s.storm(4);
+    await s.converge(75_000);
+    const relisted = (await relists()) - before;
+    assert.ok(
+      relisted >= 3,
+      `expected the watches to list again after compaction and restart, got ${relisted} relists`,
+    );
+  },
+);

@@ -11,43 +11,65 @@ import { Processes, Scenario, seedFromEnv } from './driver.ts';
 const kc = testKubeConfig();
 const namespace = 'rel-conflicts';
 
-test('a second writer scribbling on Policy statuses is overwritten with the truth', { timeout: 120_000 }, async () => {
-  await installCrds(kc, { info: () => {} });
-  const procs = new Processes(namespace);
-  after(async () => {
-    await procs.stopAll();
-    await deleteRollcallObjects(kc);
-  });
-  const s = new Scenario(kc, namespace, seedFromEnv());
-  procs.run();
-  procs.sim();
-  await s.setup(2);
-  await s.storm(6);
-  await s.converge(60_000);
+test(
+  'a second writer scribbling on Policy statuses is overwritten with the truth',
+  { timeout: 120_000 },
+  async () => {
+    await installCrds(kc, { info: () => {} });
+    const procs = new Processes(namespace);
+    after(async () => {
+      await procs.stopAll();
+      await deleteRollcallObjects(kc);
+    });
+    const s = new Scenario(kc, namespace, seedFromEnv());
+    procs.run();
+    procs.sim();
+    await s.setup(2);
+    await s.storm(6);
+    await s.converge(60_000);
 
-  const custom = kc.makeApiClient(CustomObjectsApi);
-  const garbage = {
-    status: {
-      observedGeneration: 999,
-      ready: '99/99',
-      readyReplicas: 99,
-      failedReplicas: 0,
-      servedGeneration: 999,
-      conditions: [{ type: 'Ready', status: 'True', reason: 'Garbage', message: 'written by someone else', observedGeneration: 999, lastTransitionTime: new Date().toISOString() }],
-    },
-  };
-  let writing = true;
-  const scribbler = (async () => {
-    while (writing) {
-      for (const name of s.model.policies.keys()) {
-        await custom
-          .patchClusterCustomObjectStatus({ group: 'rollcall.dev', version: 'v1alpha1', plural: 'policies', name, body: garbage }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch))
-          .catch(() => {}); // deleted meanwhile
+    const custom = kc.makeApiClient(CustomObjectsApi);
+    const garbage = {
+      status: {
+        observedGeneration: 999,
+        ready: '99/99',
+        readyReplicas: 99,
+        failedReplicas: 0,
+        servedGeneration: 999,
+        conditions: [
+          {
+            type: 'Ready',
+            status: 'True',
+            reason: 'Garbage',
+            message: 'written by someone else',
+            observedGeneration: 999,
+            lastTransitionTime: new Date().toISOString(),
+          },
+        ],
+      },
+    };
+    let writing = true;
+    const scribbler = (async () => {
+      while (writing) {
+        for (const name of s.model.policies.keys()) {
+          await custom
+            .patchClusterCustomObjectStatus(
+              {
+                group: 'rollcall.dev',
+                version: 'v1alpha1',
+                plural: 'policies',
+                name,
+                body: garbage,
+              },
+              setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+            )
+            .catch(() => {}); // deleted meanwhile
+        }
       }
-    }
-  })();
-  await s.storm(8);
-  writing = false;
-  await scribbler;
-  await s.converge(60_000);
-});
+    })();
+    await s.storm(8);
+    writing = false;
+    await scribbler;
+    await s.converge(60_000);
+  },
+);

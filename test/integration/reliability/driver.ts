@@ -1,10 +1,31 @@
 // The scenario driver: runs rollcall and the simulated data plane as processes, applies seeded
 // random operations to the cluster while recording them in the model, and waits — through
 // watches, never by polling — until the cluster matches the model, or fails with the diff.
-import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, Watch, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  CustomObjectsApi,
+  PatchStrategy,
+  setHeaderOptions,
+  Watch,
+  type KubeConfig,
+  type KubernetesObject,
+} from '@kubernetes/client-node';
 import { getJson } from '../../../watcher/kube-http.ts';
-import { deleteRollcallObjects, ensureNamespace, startRollcall, testDb, type RollcallProcess } from '../../support/rollcall.ts';
-import { diff, emptyModel, type Model, type Observed, type PolicyLike, type WebhookLike } from './model.ts';
+import {
+  deleteRollcallObjects,
+  ensureNamespace,
+  startRollcall,
+  testDb,
+  type RollcallProcess,
+} from '../../support/rollcall.ts';
+import {
+  diff,
+  emptyModel,
+  type Model,
+  type Observed,
+  type PolicyLike,
+  type WebhookLike,
+} from './model.ts';
 
 /** mulberry32: a tiny seeded PRNG, so a failing run can be replayed from its seed. */
 export function rng(seed: number): () => number {
@@ -19,7 +40,8 @@ export function rng(seed: number): () => number {
 }
 
 /** The seed: REL_SEED replays a run; otherwise a fresh one, printed by every failure. */
-export const seedFromEnv = () => Number(process.env.REL_SEED ?? Math.floor(Math.random() * 2 ** 31));
+export const seedFromEnv = () =>
+  Number(process.env.REL_SEED ?? Math.floor(Math.random() * 2 ** 31));
 
 const group = { group: 'rollcall.dev', version: 'v1alpha1' };
 const merge = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
@@ -60,7 +82,16 @@ export class Scenario {
     for (let i = 0; i < servers; i++) {
       const name = `${this.prefix}-ps-${i}`;
       const replicas = 1 + Math.floor(this.random() * 3);
-      await this.custom.createClusterCustomObject({ ...group, plural: 'policyservers', body: { apiVersion: 'rollcall.dev/v1alpha1', kind: 'PolicyServer', metadata: { name }, spec: { image: 'sim://policy-server', replicas } } });
+      await this.custom.createClusterCustomObject({
+        ...group,
+        plural: 'policyservers',
+        body: {
+          apiVersion: 'rollcall.dev/v1alpha1',
+          kind: 'PolicyServer',
+          metadata: { name },
+          spec: { image: 'sim://policy-server', replicas },
+        },
+      });
       this.model.servers.set(name, { replicas });
     }
   }
@@ -72,24 +103,47 @@ export class Scenario {
     return { module: `sim://fail?message=${encodeURIComponent(failMessage)}`, failMessage };
   }
 
-  private record(name: string, server: string, generation: number, failMessage: string | undefined, resources: string[]): void {
-    const p = this.model.policies.get(name) ?? { server, generation, failMessage, resourcesByGeneration: new Map(), okGenerations: new Set<number>() };
+  private record(
+    name: string,
+    server: string,
+    generation: number,
+    failMessage: string | undefined,
+    resources: string[],
+  ): void {
+    const p = this.model.policies.get(name) ?? {
+      server,
+      generation,
+      failMessage,
+      resourcesByGeneration: new Map(),
+      okGenerations: new Set<number>(),
+    };
     Object.assign(p, { server, generation, failMessage });
     p.resourcesByGeneration.set(generation, resources);
     if (failMessage === undefined) p.okGenerations.add(generation);
     this.model.policies.set(name, p);
   }
 
-  async createPolicy(name = `${this.prefix}-pol-${this.next++}`, server = this.pick([...this.model.servers.keys()])): Promise<void> {
+  async createPolicy(
+    name = `${this.prefix}-pol-${this.next++}`,
+    server = this.pick([...this.model.servers.keys()]),
+  ): Promise<void> {
     const { module, failMessage } = this.module();
     const resources = this.pick(resourceChoices);
     const body = {
       apiVersion: 'rollcall.dev/v1alpha1',
       kind: 'Policy',
       metadata: { name },
-      spec: { policyServer: server, module, rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources }] },
+      spec: {
+        policyServer: server,
+        module,
+        rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources }],
+      },
     };
-    const created = (await this.custom.createClusterCustomObject({ ...group, plural: 'policies', body })) as KubernetesObject;
+    const created = (await this.custom.createClusterCustomObject({
+      ...group,
+      plural: 'policies',
+      body,
+    })) as KubernetesObject;
     this.record(name, server, created.metadata?.generation ?? 1, failMessage, resources);
     this.log.push(`create ${name} on ${server}: ${module} ${resources.join(',')}`);
   }
@@ -98,10 +152,26 @@ export class Scenario {
     const p = this.model.policies.get(name)!;
     const { module, failMessage } = this.module();
     const resources = this.pick(resourceChoices);
-    const patch = { spec: { module, rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources }] } };
-    const updated = (await this.custom.patchClusterCustomObject({ ...group, plural: 'policies', name, body: patch }, merge)) as KubernetesObject;
-    this.record(name, p.server, updated.metadata?.generation ?? p.generation, failMessage, resources);
-    this.log.push(`update ${name}: ${module} ${resources.join(',')} → generation ${updated.metadata?.generation}`);
+    const patch = {
+      spec: {
+        module,
+        rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources }],
+      },
+    };
+    const updated = (await this.custom.patchClusterCustomObject(
+      { ...group, plural: 'policies', name, body: patch },
+      merge,
+    )) as KubernetesObject;
+    this.record(
+      name,
+      p.server,
+      updated.metadata?.generation ?? p.generation,
+      failMessage,
+      resources,
+    );
+    this.log.push(
+      `update ${name}: ${module} ${resources.join(',')} → generation ${updated.metadata?.generation}`,
+    );
   }
 
   async deletePolicy(name: string): Promise<void> {
@@ -111,17 +181,25 @@ export class Scenario {
   }
 
   async scale(server: string, replicas = 1 + Math.floor(this.random() * 3)): Promise<void> {
-    await this.custom.patchClusterCustomObject({ ...group, plural: 'policyservers', name: server, body: { spec: { replicas } } }, merge);
+    await this.custom.patchClusterCustomObject(
+      { ...group, plural: 'policyservers', name: server, body: { spec: { replicas } } },
+      merge,
+    );
     this.model.servers.set(server, { replicas });
     this.log.push(`scale ${server} to ${replicas}`);
   }
 
   async deletePod(server: string): Promise<void> {
-    const pods = await this.core.listNamespacedPod({ namespace: this.namespace, labelSelector: `rollcall.dev/policy-server=${server}` });
+    const pods = await this.core.listNamespacedPod({
+      namespace: this.namespace,
+      labelSelector: `rollcall.dev/policy-server=${server}`,
+    });
     const live = pods.items.filter((p) => !p.metadata?.deletionTimestamp);
     if (live.length === 0) return;
     const pod = this.pick(live).metadata!.name!;
-    await this.core.deleteNamespacedPod({ name: pod, namespace: this.namespace, gracePeriodSeconds: 0 }).catch(() => {});
+    await this.core
+      .deleteNamespacedPod({ name: pod, namespace: this.namespace, gracePeriodSeconds: 0 })
+      .catch(() => {});
     this.log.push(`delete pod ${pod}`);
   }
 
@@ -130,7 +208,16 @@ export class Scenario {
     const names = [...this.model.policies.keys()];
     const servers = [...this.model.servers.keys()];
     const r = this.random();
-    const op: Op = names.length < 3 || r < 0.3 ? 'create' : r < 0.6 ? 'update' : r < 0.7 ? 'delete' : r < 0.85 ? 'scale' : 'delete-pod';
+    const op: Op =
+      names.length < 3 || r < 0.3
+        ? 'create'
+        : r < 0.6
+          ? 'update'
+          : r < 0.7
+            ? 'delete'
+            : r < 0.85
+              ? 'scale'
+              : 'delete-pod';
     if (op === 'create') await this.createPolicy();
     else if (op === 'update') await this.updatePolicy(this.pick(names));
     else if (op === 'delete') await this.deletePolicy(this.pick(names));
@@ -180,7 +267,10 @@ class Mirror<T extends KubernetesObject> {
   async start(): Promise<void> {
     while (!this.stopped) {
       try {
-        const list = (await getJson(this.kc, this.path, { labelSelector: this.labelSelector })) as { metadata: { resourceVersion: string }; items: T[] };
+        const list = (await getJson(this.kc, this.path, { labelSelector: this.labelSelector })) as {
+          metadata: { resourceVersion: string };
+          items: T[];
+        };
         this.objects.clear();
         for (const item of list.items) this.objects.set(item.metadata!.name!, item);
         this.onChange();
@@ -188,7 +278,11 @@ class Mirror<T extends KubernetesObject> {
           new Watch(this.kc)
             .watch(
               this.path,
-              { resourceVersion: list.metadata.resourceVersion, labelSelector: this.labelSelector, allowWatchBookmarks: true },
+              {
+                resourceVersion: list.metadata.resourceVersion,
+                labelSelector: this.labelSelector,
+                allowWatchBookmarks: true,
+              },
               (phase, obj: T) => {
                 if (phase === 'BOOKMARK' || phase === 'ERROR') return;
                 if (phase === 'DELETED') this.objects.delete(obj.metadata!.name!);
@@ -197,7 +291,10 @@ class Mirror<T extends KubernetesObject> {
               },
               () => ended(),
             )
-            .then((c) => (this.controller = c), () => ended());
+            .then(
+              (c) => (this.controller = c),
+              () => ended(),
+            );
         });
       } catch {
         // apiserver away: try again shortly
@@ -213,7 +310,11 @@ class Mirror<T extends KubernetesObject> {
 }
 
 /** Watches policies, policy servers and rollcall's webhooks until `check` returns no differences; returns the last differences. */
-export async function observeUntil(kc: KubeConfig, check: (seen: Observed) => string[], timeoutMs: number): Promise<string[]> {
+export async function observeUntil(
+  kc: KubeConfig,
+  check: (seen: Observed) => string[],
+  timeoutMs: number,
+): Promise<string[]> {
   let last = ['nothing observed yet'];
   let done: () => void = () => {};
   const finished = new Promise<void>((r) => (done = r));
@@ -221,7 +322,9 @@ export async function observeUntil(kc: KubeConfig, check: (seen: Observed) => st
     last = check({
       policies: policies.objects as Map<string, PolicyLike & KubernetesObject>,
       servers: servers.objects as Map<string, PolicyLike & KubernetesObject>,
-      webhooks: new Map([...webhooks.objects].map(([name, w]) => [name.replace(/^rollcall-/, ''), w])),
+      webhooks: new Map(
+        [...webhooks.objects].map(([name, w]) => [name.replace(/^rollcall-/, ''), w]),
+      ),
     });
     if (last.length === 0) done();
   };
@@ -232,9 +335,22 @@ export async function observeUntil(kc: KubeConfig, check: (seen: Observed) => st
     scheduled = true;
     setTimeout(() => ((scheduled = false), evaluate()), 100);
   };
-  const policies = new Mirror<PolicyLike & KubernetesObject>(kc, '/apis/rollcall.dev/v1alpha1/policies', onChange);
-  const servers = new Mirror<PolicyLike & KubernetesObject>(kc, '/apis/rollcall.dev/v1alpha1/policyservers', onChange);
-  const webhooks = new Mirror<WebhookLike & KubernetesObject>(kc, '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations', onChange, 'app.kubernetes.io/managed-by=rollcall');
+  const policies = new Mirror<PolicyLike & KubernetesObject>(
+    kc,
+    '/apis/rollcall.dev/v1alpha1/policies',
+    onChange,
+  );
+  const servers = new Mirror<PolicyLike & KubernetesObject>(
+    kc,
+    '/apis/rollcall.dev/v1alpha1/policyservers',
+    onChange,
+  );
+  const webhooks = new Mirror<WebhookLike & KubernetesObject>(
+    kc,
+    '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations',
+    onChange,
+    'app.kubernetes.io/managed-by=rollcall',
+  );
   const mirrors = [policies, servers, webhooks];
   for (const m of mirrors) void m.start();
   const timer = setTimeout(done, timeoutMs);
@@ -259,7 +375,11 @@ export class Processes {
   }
 
   private start(role: string, args: string[], env: Record<string, string> = {}): RollcallProcess {
-    const p = startRollcall(`${this.tag}-${role}-${this.n++}`, [role, '--namespace', this.namespace, ...args], { db: testDb(), env: { ...this.env, ...env } });
+    const p = startRollcall(
+      `${this.tag}-${role}-${this.n++}`,
+      [role, '--namespace', this.namespace, ...args],
+      { db: testDb(), env: { ...this.env, ...env } },
+    );
     this.all.push(p);
     return p;
   }
@@ -277,7 +397,9 @@ export class Processes {
   }
 
   sim(): RollcallProcess {
-    const p = startRollcall(`${this.tag}-sim-${this.n++}`, ['sim', '--namespace', this.namespace], { db: testDb() });
+    const p = startRollcall(`${this.tag}-sim-${this.n++}`, ['sim', '--namespace', this.namespace], {
+      db: testDb(),
+    });
     this.all.push(p);
     return p;
   }

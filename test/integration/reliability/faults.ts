@@ -27,7 +27,9 @@ export class PrivateRedis {
     if (this.port === 0) this.port = await freePort();
     mkdirSync(this.dir, { recursive: true });
     // --save '' and no AOF (redisServerArgs): a restart comes back empty.
-    this.child = spawn(await ensureRedisServer(), redisServerArgs(this.port, this.dir), { stdio: 'ignore' });
+    this.child = spawn(await ensureRedisServer(), redisServerArgs(this.port, this.dir), {
+      stdio: 'ignore',
+    });
     await waitForPing(this.port, this.child);
   }
 
@@ -45,10 +47,18 @@ export class PrivateRedis {
 export function apiserverReady(state: ClusterState): Promise<boolean> {
   const token = /token:\s*(\S+)/.exec(readFileSync(state.kubeconfig, 'utf8'))?.[1] ?? '';
   return new Promise((resolveOk) => {
-    const req = request(`${state.server}/readyz`, { ca: readFileSync(join(state.dir, 'pki', 'ca.crt')), headers: { authorization: `Bearer ${token}` }, timeout: 2000 }, (res) => {
-      res.resume();
-      resolveOk(res.statusCode === 200);
-    });
+    const req = request(
+      `${state.server}/readyz`,
+      {
+        ca: readFileSync(join(state.dir, 'pki', 'ca.crt')),
+        headers: { authorization: `Bearer ${token}` },
+        timeout: 2000,
+      },
+      (res) => {
+        res.resume();
+        resolveOk(res.statusCode === 200);
+      },
+    );
     req.on('error', () => resolveOk(false));
     req.on('timeout', () => req.destroy());
     req.end();
@@ -58,7 +68,10 @@ export function apiserverReady(state: ClusterState): Promise<boolean> {
 async function waitReady(state: ClusterState, timeoutMs = 90_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await apiserverReady(state))) {
-    if (Date.now() > deadline) throw new Error(`kube-apiserver not ready ${timeoutMs / 1000} s after its restart; see ${join(state.dir, 'logs', 'kube-apiserver.log')}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `kube-apiserver not ready ${timeoutMs / 1000} s after its restart; see ${join(state.dir, 'logs', 'kube-apiserver.log')}`,
+      );
     await sleep(200);
   }
 }
@@ -68,10 +81,15 @@ async function waitReady(state: ClusterState, timeoutMs = 90_000): Promise<void>
  * pid in state.json so that `cluster down` still stops it. Every watch breaks. `whileDown`
  * runs with the apiserver stopped (e.g. to compact etcd).
  */
-export async function restartApiserver(state: ClusterState, whileDown: () => Promise<void> = async () => {}): Promise<void> {
+export async function restartApiserver(
+  state: ClusterState,
+  whileDown: () => Promise<void> = async () => {},
+): Promise<void> {
   const pid = state.pids['kube-apiserver'];
   if (!pid) throw new Error('no kube-apiserver pid in the cluster state');
-  const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((a) => a !== '');
+  const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8')
+    .split('\0')
+    .filter((a) => a !== '');
   const [binary, ...rest] = args;
   process.kill(pid, 'SIGTERM');
   while (alive(pid)) await sleep(50);
@@ -106,18 +124,26 @@ export async function compactEtcd(state: ClusterState): Promise<number> {
     return (await res.json()) as { header?: { revision?: string } };
   };
   // A range on an absent key answers with the current revision in its header.
-  const revision = Number((await post('/v3/kv/range', { key: Buffer.from('rollcall-reliability').toString('base64') })).header?.revision);
+  const revision = Number(
+    (await post('/v3/kv/range', { key: Buffer.from('rollcall-reliability').toString('base64') }))
+      .header?.revision,
+  );
   await post('/v3/kv/compaction', { revision, physical: true });
   return revision;
 }
 
 /** The value of a Prometheus counter summed over the series whose labels include `labels`. */
-export async function metric(port: number, name: string, labels: Record<string, string> = {}): Promise<number> {
+export async function metric(
+  port: number,
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
   let sum = 0;
   for (const line of text.split('\n')) {
     if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    if (Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) sum += Number(line.split(' ').at(-1));
+    if (Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`)))
+      sum += Number(line.split(' ').at(-1));
   }
   return sum;
 }

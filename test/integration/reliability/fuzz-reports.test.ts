@@ -2,21 +2,35 @@
 // and the Policy core in-process; 200 more are written on one real pod while its siblings keep
 // good reports. A bad report makes only its pod fail, with a clear message; nothing crashes.
 import assert from 'node:assert/strict';
-import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubernetesObject } from '@kubernetes/client-node';
+import {
+  CoreV1Api,
+  CustomObjectsApi,
+  PatchStrategy,
+  setHeaderOptions,
+  type KubernetesObject,
+} from '@kubernetes/client-node';
 import { after, test } from 'node:test';
 import { REPORT_ANNOTATION } from '../../../api/constants.ts';
 import { readReplicaReport } from '../../../api/report.ts';
 import type { Policy } from '../../../api/v1alpha1.ts';
 import { computePolicy } from '../../../functions/policy-core.ts';
 import { installCrds } from '../../../roles/install-crds.ts';
-import { aDeployment, aPod, aPolicy, aPolicyServer, aReplicaSet, NOW } from '../../fixtures/builders.ts';
+import {
+  aDeployment,
+  aPod,
+  aPolicy,
+  aPolicyServer,
+  aReplicaSet,
+  NOW,
+} from '../../fixtures/builders.ts';
 import { testKubeConfig, watchUntil } from '../../support/kube.ts';
 import { deleteRollcallObjects } from '../../support/rollcall.ts';
 import { Processes, rng, Scenario, seedFromEnv } from './driver.ts';
 import { fuzzedReport } from './fuzz.ts';
 
 const seed = seedFromEnv();
-const failedMessage = /^invalid rollcall\.dev\/policies annotation: report (is \d+ bytes, over|is not valid JSON|must be a JSON object|has wrong types)/;
+const failedMessage =
+  /^invalid rollcall\.dev\/policies annotation: report (is \d+ bytes, over|is not valid JSON|must be a JSON object|has wrong types)/;
 
 test(`10,000 fuzzed reports never throw, and only ever fail their own pod with a clear message (seed ${seed})`, () => {
   const random = rng(seed);
@@ -32,7 +46,11 @@ test(`10,000 fuzzed reports never throw, and only ever fail their own pod with a
       policyServer: server,
       deployment,
       replicaSets: [aReplicaSet(deployment)],
-      pods: [aPod('ps-a', { report: annotation }), aPod('ps-b', { report: good }), aPod('ps-c', { report: good })],
+      pods: [
+        aPod('ps-a', { report: annotation }),
+        aPod('ps-b', { report: good }),
+        aPod('ps-c', { report: good }),
+      ],
       servedGeneration: undefined,
       now: NOW,
     });
@@ -43,11 +61,19 @@ test(`10,000 fuzzed reports never throw, and only ever fail their own pod with a
       invalid++;
       // Never trusted in part: the pod is failed, the good pods still count.
       assert.equal(decision.status.readyReplicas, 2, at);
-      assert.deepEqual(decision.status.failures?.map((f) => f.pod), ['ps-a'], at);
+      assert.deepEqual(
+        decision.status.failures?.map((f) => f.pod),
+        ['ps-a'],
+        at,
+      );
       assert.match(decision.status.failures?.[0]?.message ?? '', failedMessage, at);
       assert.ok(Buffer.byteLength(decision.status.failures?.[0]?.message ?? '') <= 1024, at);
       assert.equal(decision.status.summary, 'Stalled', at);
-      assert.match(ready?.message ?? '', /failed to load on pod ps-a: invalid rollcall\.dev\/policies annotation/, at);
+      assert.match(
+        ready?.message ?? '',
+        /failed to load on pod ps-a: invalid rollcall\.dev\/policies annotation/,
+        at,
+      );
     } else {
       // A report that survived the mutations is well-formed: the siblings are untouched either way.
       assert.ok(decision.status.readyReplicas! >= 2, at);
@@ -57,55 +83,98 @@ test(`10,000 fuzzed reports never throw, and only ever fail their own pod with a
   assert.ok(invalid > 8000, `most fuzzed reports should be invalid, got ${invalid}`);
 });
 
-test(`200 fuzzed reports on a real pod fail only that pod, and rollcall keeps running (seed ${seed})`, { timeout: 90_000 }, async () => {
-  const kc = testKubeConfig();
-  const namespace = 'rel-fuzz';
-  await installCrds(kc, { info: () => {} });
-  const procs = new Processes(namespace);
-  after(async () => {
-    await procs.stopAll();
-    await deleteRollcallObjects(kc);
-  });
-  const s = new Scenario(kc, namespace, seed);
-  const rollcall = procs.run();
-  const sim = procs.sim();
-  await s.setup(1);
-  const [server] = [...s.model.servers.keys()];
-  await s.scale(server!, 3);
-  const name = 'rel-fuzzed';
-  const custom = kc.makeApiClient(CustomObjectsApi);
-  await custom.createClusterCustomObject({
-    group: 'rollcall.dev',
-    version: 'v1alpha1',
-    plural: 'policies',
-    body: { apiVersion: 'rollcall.dev/v1alpha1', kind: 'Policy', metadata: { name }, spec: { policyServer: server, module: 'sim://ok', rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }] } },
-  });
-  const waitPolicy = (done: (p: Policy) => boolean, timeoutMs = 60_000) =>
-    watchUntil<Policy & KubernetesObject>(kc, '/apis/rollcall.dev/v1alpha1/policies', (p) => done(p), { fieldSelector: `metadata.name=${name}`, timeoutMs });
-  await waitPolicy((p) => p.status?.ready === '3/3');
-  // From now on the reports are ours: the simulator would overwrite them.
-  await sim.stop();
+test(
+  `200 fuzzed reports on a real pod fail only that pod, and rollcall keeps running (seed ${seed})`,
+  { timeout: 90_000 },
+  async () => {
+    const kc = testKubeConfig();
+    const namespace = 'rel-fuzz';
+    await installCrds(kc, { info: () => {} });
+    const procs = new Processes(namespace);
+    after(async () => {
+      await procs.stopAll();
+      await deleteRollcallObjects(kc);
+    });
+    const s = new Scenario(kc, namespace, seed);
+    const rollcall = procs.run();
+    const sim = procs.sim();
+    await s.setup(1);
+    const [server] = [...s.model.servers.keys()];
+    await s.scale(server!, 3);
+    const name = 'rel-fuzzed';
+    const custom = kc.makeApiClient(CustomObjectsApi);
+    await custom.createClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural: 'policies',
+      body: {
+        apiVersion: 'rollcall.dev/v1alpha1',
+        kind: 'Policy',
+        metadata: { name },
+        spec: {
+          policyServer: server,
+          module: 'sim://ok',
+          rules: [
+            { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] },
+          ],
+        },
+      },
+    });
+    const waitPolicy = (done: (p: Policy) => boolean, timeoutMs = 60_000) =>
+      watchUntil<Policy & KubernetesObject>(
+        kc,
+        '/apis/rollcall.dev/v1alpha1/policies',
+        (p) => done(p),
+        { fieldSelector: `metadata.name=${name}`, timeoutMs },
+      );
+    await waitPolicy((p) => p.status?.ready === '3/3');
+    // From now on the reports are ours: the simulator would overwrite them.
+    await sim.stop();
 
-  const core = kc.makeApiClient(CoreV1Api);
-  const pods = await core.listNamespacedPod({ namespace, labelSelector: `rollcall.dev/policy-server=${server}` });
-  const victim = pods.items.find((p) => !p.metadata?.deletionTimestamp)!.metadata!.name!;
-  const random = rng(seed + 1);
-  const patch = (value: string) =>
-    core.patchNamespacedPod({ name: victim, namespace, body: { metadata: { annotations: { [REPORT_ANNOTATION]: value } } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
-  let written = 0;
-  for (let i = 0; i < 200; i++) {
-    // The API caps all annotations at 256 KiB together; larger values never reach a pod.
-    const value = fuzzedReport(random, name, 1).slice(0, 200_000);
-    if (await patch(value).then(() => true, () => false)) written++;
-  }
-  assert.ok(written >= 190, `the API accepted only ${written} of 200 fuzzed reports`);
-  // End on a known-bad one, so the final state is certain.
-  await patch('{"rel-fuzzed": {"generation": "1", "state": "Loaded"}}');
-  const final = await waitPolicy((p) => p.status?.failures?.[0]?.message.includes('has wrong types: rel-fuzzed.generation') ?? false);
-  assert.equal(final.status?.readyReplicas, 2, 'the two good pods still count');
-  assert.equal(final.status?.failedReplicas, 1);
-  assert.equal(final.status?.failures?.[0]?.pod, victim);
-  assert.match(final.status?.failures?.[0]?.message ?? '', /invalid rollcall\.dev\/policies annotation: report has wrong types: rel-fuzzed\.generation/);
-  assert.equal(rollcall.child.exitCode, null, 'rollcall is still running');
-  assert.equal(rollcall.child.signalCode, null);
-});
+    const core = kc.makeApiClient(CoreV1Api);
+    const pods = await core.listNamespacedPod({
+      namespace,
+      labelSelector: `rollcall.dev/policy-server=${server}`,
+    });
+    const victim = pods.items.find((p) => !p.metadata?.deletionTimestamp)!.metadata!.name!;
+    const random = rng(seed + 1);
+    const patch = (value: string) =>
+      core.patchNamespacedPod(
+        {
+          name: victim,
+          namespace,
+          body: { metadata: { annotations: { [REPORT_ANNOTATION]: value } } },
+        },
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
+    let written = 0;
+    for (let i = 0; i < 200; i++) {
+      // The API caps all annotations at 256 KiB together; larger values never reach a pod.
+      const value = fuzzedReport(random, name, 1).slice(0, 200_000);
+      if (
+        await patch(value).then(
+          () => true,
+          () => false,
+        )
+      )
+        written++;
+    }
+    assert.ok(written >= 190, `the API accepted only ${written} of 200 fuzzed reports`);
+    // End on a known-bad one, so the final state is certain.
+    await patch('{"rel-fuzzed": {"generation": "1", "state": "Loaded"}}');
+    const final = await waitPolicy(
+      (p) =>
+        p.status?.failures?.[0]?.message.includes('has wrong types: rel-fuzzed.generation') ??
+        false,
+    );
+    assert.equal(final.status?.readyReplicas, 2, 'the two good pods still count');
+    assert.equal(final.status?.failedReplicas, 1);
+    assert.equal(final.status?.failures?.[0]?.pod, victim);
+    assert.match(
+      final.status?.failures?.[0]?.message ?? '',
+      /invalid rollcall\.dev\/policies annotation: report has wrong types: rel-fuzzed\.generation/,
+    );
+    assert.equal(rollcall.child.exitCode, null, 'rollcall is still running');
+    assert.equal(rollcall.child.signalCode, null);
+  },
+);

@@ -37,19 +37,31 @@ function randomJson(random: Random, depth: number): unknown {
     case 5:
       return Array.from({ length: int(random, 4) }, () => randomJson(random, depth + 1));
     default:
-      return Object.fromEntries(Array.from({ length: int(random, 4) }, () => [pick(random, ['generation', 'state', 'message', 'serving', 'p', nastyString(random)]), randomJson(random, depth + 1)]));
+      return Object.fromEntries(
+        Array.from({ length: int(random, 4) }, () => [
+          pick(random, ['generation', 'state', 'message', 'serving', 'p', nastyString(random)]),
+          randomJson(random, depth + 1),
+        ]),
+      );
   }
 }
 
 /** A valid report for `policy` at `generation`, then one to three mutations of it. */
 function mutatedReport(random: Random, policy: string, generation: number): string {
-  const entry: Record<string, unknown> = { generation, state: pick(random, ['Loaded', 'Failed', 'Loading']) };
+  const entry: Record<string, unknown> = {
+    generation,
+    state: pick(random, ['Loaded', 'Failed', 'Loading']),
+  };
   if (entry.state === 'Failed') entry.message = 'load failed';
-  const report: Record<string, unknown> = { [policy]: entry, other: { generation: 1, state: 'Loaded' } };
+  const report: Record<string, unknown> = {
+    [policy]: entry,
+    other: { generation: 1, state: 'Loaded' },
+  };
   const mutations = [
     () => (entry.generation = pick(random, ['4', 4.5, -1, 0, null, [4], { n: 4 }, 2 ** 64])),
     () => (entry.state = pick(random, ['loaded', 'READY', '', 1, null, ['Loaded']])),
-    () => (entry.message = pick(random, [nastyString(random), 42, { text: 'x' }, 'm'.repeat(1025)])),
+    () =>
+      (entry.message = pick(random, [nastyString(random), 42, { text: 'x' }, 'm'.repeat(1025)])),
     () => (entry.serving = pick(random, [generation, generation + 1, 'x', 0])),
     () => (entry[nastyString(random)] = randomJson(random, 0)),
     () => (report[policy] = randomJson(random, 0)),
@@ -64,12 +76,16 @@ function mutatedReport(random: Random, policy: string, generation: number): stri
 function textual(random: Random, policy: string, generation: number): string {
   const valid = JSON.stringify({ [policy]: { generation, state: 'Loaded' } });
   return pick(random, [
-    () => `{"${policy}":{"generation":${generation},"state":"Failed","message":"first"},"${policy}":{"generation":${generation},"state":"Loaded"}}`,
+    () =>
+      `{"${policy}":{"generation":${generation},"state":"Failed","message":"first"},"${policy}":{"generation":${generation},"state":"Loaded"}}`,
     () => `{"${policy}":{"generation":${generation},"state":"Loaded","state":"Failed"}}`,
     () => valid.slice(0, int(random, valid.length)),
     () => '['.repeat(5000 + int(random, 20_000)) + ']'.repeat(int(random, 2) * 5000),
     () => `{"${policy}":`.repeat(1 + int(random, 3000)) + 'null' + '}'.repeat(int(random, 3000)),
-    () => Array.from({ length: int(random, 200) }, () => String.fromCharCode(int(random, 0x10000))).join(''),
+    () =>
+      Array.from({ length: int(random, 200) }, () =>
+        String.fromCharCode(int(random, 0x10000)),
+      ).join(''),
     () => pick(random, ['null', 'true', '42', '"Loaded"', '[]', '{}', '']),
     () => JSON.stringify(randomJson(random, 0)),
     () => valid + ' '.repeat(70_000),
@@ -78,5 +94,7 @@ function textual(random: Random, policy: string, generation: number): string {
 
 /** One fuzzed annotation value; about half structured mutations, half text-level damage. */
 export function fuzzedReport(random: Random, policy: string, generation: number): string {
-  return random() < 0.5 ? mutatedReport(random, policy, generation) : textual(random, policy, generation);
+  return random() < 0.5
+    ? mutatedReport(random, policy, generation)
+    : textual(random, policy, generation);
 }

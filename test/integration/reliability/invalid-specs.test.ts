@@ -27,22 +27,74 @@ const without = (o: { spec: Record<string, unknown> }, field: string) => {
 
 // [case, object, what the rejection must say]
 const cases: [string, unknown, RegExp][] = [
-  ['a Policy without policyServer', without(policy({}), 'policyServer'), /spec\.policyServer: Required value/],
+  [
+    'a Policy without policyServer',
+    without(policy({}), 'policyServer'),
+    /spec\.policyServer: Required value/,
+  ],
   ['a Policy without module', without(policy({}), 'module'), /spec\.module: Required value/],
   ['a Policy without rules', without(policy({}), 'rules'), /spec\.rules: Required value/],
-  ['a Policy with failurePolicy Maybe', policy({ failurePolicy: 'Maybe' }), /spec\.failurePolicy: Unsupported value: "Maybe"/],
-  ['a Policy with mode enforce', policy({ mode: 'enforce' }), /spec\.mode: Unsupported value: "enforce"/],
-  ['a Policy with timeoutSeconds 31', policy({ timeoutSeconds: 31 }), /spec\.timeoutSeconds: Invalid value: 31/],
-  ['a Policy with timeoutSeconds "ten"', policy({ timeoutSeconds: 'ten' }), /spec\.timeoutSeconds: Invalid value: "string"/],
-  ['a Policy with operation PATCH', policy({ rules: [{ ...rule, operations: ['PATCH'] }] }), /spec\.rules\[0\]\.operations\[0\]: Unsupported value: "PATCH"/],
-  ["a Policy with '*' among other operations", policy({ rules: [{ ...rule, operations: ['*', 'CREATE'] }] }), /spec\.rules\[0\].*operations may contain '\*' only as its sole entry/],
-  ['a Policy whose selector uses In without values', policy({ namespaceSelector: { matchExpressions: [{ key: 'a', operator: 'In' }] } }), /spec\.namespaceSelector\.matchExpressions\[0\].*values must be non-empty for In and NotIn/],
-  ['a Policy with settings that are not an object', policy({ settings: 'strict' }), /spec\.settings: Invalid value: "string"/],
+  [
+    'a Policy with failurePolicy Maybe',
+    policy({ failurePolicy: 'Maybe' }),
+    /spec\.failurePolicy: Unsupported value: "Maybe"/,
+  ],
+  [
+    'a Policy with mode enforce',
+    policy({ mode: 'enforce' }),
+    /spec\.mode: Unsupported value: "enforce"/,
+  ],
+  [
+    'a Policy with timeoutSeconds 31',
+    policy({ timeoutSeconds: 31 }),
+    /spec\.timeoutSeconds: Invalid value: 31/,
+  ],
+  [
+    'a Policy with timeoutSeconds "ten"',
+    policy({ timeoutSeconds: 'ten' }),
+    /spec\.timeoutSeconds: Invalid value: "string"/,
+  ],
+  [
+    'a Policy with operation PATCH',
+    policy({ rules: [{ ...rule, operations: ['PATCH'] }] }),
+    /spec\.rules\[0\]\.operations\[0\]: Unsupported value: "PATCH"/,
+  ],
+  [
+    "a Policy with '*' among other operations",
+    policy({ rules: [{ ...rule, operations: ['*', 'CREATE'] }] }),
+    /spec\.rules\[0\].*operations may contain '\*' only as its sole entry/,
+  ],
+  [
+    'a Policy whose selector uses In without values',
+    policy({ namespaceSelector: { matchExpressions: [{ key: 'a', operator: 'In' }] } }),
+    /spec\.namespaceSelector\.matchExpressions\[0\].*values must be non-empty for In and NotIn/,
+  ],
+  [
+    'a Policy with settings that are not an object',
+    policy({ settings: 'strict' }),
+    /spec\.settings: Invalid value: "string"/,
+  ],
   ['a PolicyServer without image', without(server({}), 'image'), /spec\.image: Required value/],
-  ['a PolicyServer with -1 replicas', server({ replicas: -1 }), /spec\.replicas: Invalid value: -1/],
-  ['a PolicyServer with both caBundle and caSecretRef', server({ caBundle: 'Zm9v', caSecretRef: { name: 'ca' } }), /caBundle and caSecretRef are mutually exclusive/],
-  ['a PolicyServer setting the reserved POD_NAME', server({ env: [{ name: 'POD_NAME', value: 'x' }] }), /spec\.env.*POD_NAME, POD_NAMESPACE and POLICY_SERVER are reserved/],
-  ['a PolicyServer whose name is too long for its Deployment', server({}, 'x'.repeat(60)), /metadata\.name/],
+  [
+    'a PolicyServer with -1 replicas',
+    server({ replicas: -1 }),
+    /spec\.replicas: Invalid value: -1/,
+  ],
+  [
+    'a PolicyServer with both caBundle and caSecretRef',
+    server({ caBundle: 'Zm9v', caSecretRef: { name: 'ca' } }),
+    /caBundle and caSecretRef are mutually exclusive/,
+  ],
+  [
+    'a PolicyServer setting the reserved POD_NAME',
+    server({ env: [{ name: 'POD_NAME', value: 'x' }] }),
+    /spec\.env.*POD_NAME, POD_NAMESPACE and POLICY_SERVER are reserved/,
+  ],
+  [
+    'a PolicyServer whose name is too long for its Deployment',
+    server({}, 'x'.repeat(60)),
+    /metadata\.name/,
+  ],
 ];
 
 describe('invalid specs are rejected by the API with a message naming the field', () => {
@@ -50,7 +102,11 @@ describe('invalid specs are rejected by the API with a message naming the field'
   for (const [name, object, expected] of cases) {
     test(name, () => {
       const state = testCluster();
-      const out = spawnSync(state.binaries.kube, ['kubectl', `--kubeconfig=${state.kubeconfig}`, 'apply', '--dry-run=server', '-f', '-'], { input: stringify(object), encoding: 'utf8' });
+      const out = spawnSync(
+        state.binaries.kube,
+        ['kubectl', `--kubeconfig=${state.kubeconfig}`, 'apply', '--dry-run=server', '-f', '-'],
+        { input: stringify(object), encoding: 'utf8' },
+      );
       assert.notEqual(out.status, 0, `accepted: ${out.stdout}`);
       assert.match(out.stderr, expected);
     });

@@ -11,30 +11,36 @@ import { Processes, Scenario, seedFromEnv } from './driver.ts';
 const kc = testKubeConfig();
 const namespace = 'rel-leader';
 
-test('the standby watcher takes over from a SIGKILLed leader within the Lease duration', { timeout: 120_000 }, async () => {
-  await installCrds(kc, { info: () => {} });
-  const procs = new Processes(namespace);
-  after(async () => {
-    await procs.stopAll();
-    await deleteRollcallObjects(kc);
-  });
-  const s = new Scenario(kc, namespace, seedFromEnv());
-  const watchers = { a: procs.watcher('rel-a'), b: procs.watcher('rel-b') };
-  procs.worker();
-  procs.sim();
-  await s.setup(2);
-  await s.storm(6);
-  await s.converge(60_000);
+test(
+  'the standby watcher takes over from a SIGKILLed leader within the Lease duration',
+  { timeout: 120_000 },
+  async () => {
+    await installCrds(kc, { info: () => {} });
+    const procs = new Processes(namespace);
+    after(async () => {
+      await procs.stopAll();
+      await deleteRollcallObjects(kc);
+    });
+    const s = new Scenario(kc, namespace, seedFromEnv());
+    const watchers = { a: procs.watcher('rel-a'), b: procs.watcher('rel-b') };
+    procs.worker();
+    procs.sim();
+    await s.setup(2);
+    await s.storm(6);
+    await s.converge(60_000);
 
-  const leases = kc.makeApiClient(CoordinationV1Api);
-  const holder = (await leases.readNamespacedLease({ name: 'rollcall-watcher', namespace })).spec?.holderIdentity;
-  assert.ok(holder === 'rel-a' || holder === 'rel-b', `unexpected holder ${holder}`);
-  await watchers[holder === 'rel-a' ? 'a' : 'b'].kill();
-  const killedAt = Date.now();
-  await s.storm(6); // nobody watches now: only the standby can notice these
-  // Lease duration (15 s) + a full relist and reconcile.
-  await s.converge(45_000);
-  const now = (await leases.readNamespacedLease({ name: 'rollcall-watcher', namespace })).spec?.holderIdentity;
-  assert.equal(now, holder === 'rel-a' ? 'rel-b' : 'rel-a');
-  assert.ok(Date.now() - killedAt < 45_000);
-});
+    const leases = kc.makeApiClient(CoordinationV1Api);
+    const holder = (await leases.readNamespacedLease({ name: 'rollcall-watcher', namespace })).spec
+      ?.holderIdentity;
+    assert.ok(holder === 'rel-a' || holder === 'rel-b', `unexpected holder ${holder}`);
+    await watchers[holder === 'rel-a' ? 'a' : 'b'].kill();
+    const killedAt = Date.now();
+    await s.storm(6); // nobody watches now: only the standby can notice these
+    // Lease duration (15 s) + a full relist and reconcile.
+    await s.converge(45_000);
+    const now = (await leases.readNamespacedLease({ name: 'rollcall-watcher', namespace })).spec
+      ?.holderIdentity;
+    assert.equal(now, holder === 'rel-a' ? 'rel-b' : 'rel-a');
+    assert.ok(Date.now() - killedAt < 45_000);
+  },
+);

@@ -72,7 +72,8 @@ function summary(o: PolicyLike): string {
 export function diff(model: Model, seen: Observed): string[] {
   const out: string[] = [];
   const expect = (what: string, want: unknown, got: unknown) => {
-    if (JSON.stringify(want) !== JSON.stringify(got)) out.push(`${what}: want ${JSON.stringify(want)}, got ${JSON.stringify(got)}`);
+    if (JSON.stringify(want) !== JSON.stringify(got))
+      out.push(`${what}: want ${JSON.stringify(want)}, got ${JSON.stringify(got)}`);
   };
 
   for (const [name, want] of model.servers) {
@@ -81,7 +82,11 @@ export function diff(model: Model, seen: Observed): string[] {
       out.push(`policyserver/${name}: missing`);
       continue;
     }
-    expect(`policyserver/${name} observedGeneration`, s.metadata.generation, s.status?.observedGeneration);
+    expect(
+      `policyserver/${name} observedGeneration`,
+      s.metadata.generation,
+      s.status?.observedGeneration,
+    );
     expect(`policyserver/${name} status`, 'Ready', summary(s));
     expect(`policyserver/${name} ready`, `${want.replicas}/${want.replicas}`, s.status?.ready);
   }
@@ -112,16 +117,35 @@ export function diff(model: Model, seen: Observed): string[] {
       expect(`${at} Stalled reason`, 'LoadFailed', cond(o, 'Stalled')?.reason);
       expect(`${at} ready`, `0/${n}`, o.status?.ready);
       expect(`${at} failedReplicas`, n, o.status?.failedReplicas);
-      expect(`${at} failure messages`, Array(Math.min(n, 10)).fill(p.failMessage), o.status?.failures?.map((f) => f.message));
-      if (!(cond(o, 'Ready')?.message ?? '').includes(p.failMessage)) out.push(`${at} Ready message does not name the error ${JSON.stringify(p.failMessage)}`);
+      expect(
+        `${at} failure messages`,
+        Array(Math.min(n, 10)).fill(p.failMessage),
+        o.status?.failures?.map((f) => f.message),
+      );
+      if (!(cond(o, 'Ready')?.message ?? '').includes(p.failMessage))
+        out.push(`${at} Ready message does not name the error ${JSON.stringify(p.failMessage)}`);
       if (served !== undefined && !p.okGenerations.has(Number(served)))
-        out.push(`${at} webhook serves generation ${served}, which never loaded (loadable: ${[...p.okGenerations].join(',') || 'none'})`);
-      expect(`${at} status.servedGeneration`, served === undefined ? undefined : Number(served), o.status?.servedGeneration);
+        out.push(
+          `${at} webhook serves generation ${served}, which never loaded (loadable: ${[...p.okGenerations].join(',') || 'none'})`,
+        );
+      expect(
+        `${at} status.servedGeneration`,
+        served === undefined ? undefined : Number(served),
+        o.status?.servedGeneration,
+      );
     }
-    if (served !== undefined) expect(`${at} webhook resources`, p.resourcesByGeneration.get(Number(served)), hook?.webhooks?.[0]?.rules?.[0]?.resources);
+    if (served !== undefined)
+      expect(
+        `${at} webhook resources`,
+        p.resourcesByGeneration.get(Number(served)),
+        hook?.webhooks?.[0]?.rules?.[0]?.resources,
+      );
   }
 
-  for (const name of seen.policies.keys()) if (!model.policies.has(name)) out.push(`policy/${name}: exists but was deleted`);
-  for (const name of seen.webhooks.keys()) if (!model.policies.has(name)) out.push(`webhook rollcall-${name}: exists but its policy was deleted`);
+  for (const name of seen.policies.keys())
+    if (!model.policies.has(name)) out.push(`policy/${name}: exists but was deleted`);
+  for (const name of seen.webhooks.keys())
+    if (!model.policies.has(name))
+      out.push(`webhook rollcall-${name}: exists but its policy was deleted`);
   return out;
 }

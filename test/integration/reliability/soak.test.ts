@@ -2,4 +2,8 @@
 import { test } from 'node:test';
 import { soak } from '../../../bench/soak.ts';
 
-test('a 2-minute soak of operations and faults ends in the modelled state', { timeout: 240_000 }, () => soak(2));
+test(
+  'a 2-minute soak of operations and faults ends in the modelled state',
+  { timeout: 240_000 },
+  () => soak(2),
+);

@@ -10,42 +10,79 @@ import { Processes, Scenario, seedFromEnv } from './driver.ts';
 const kc = testKubeConfig();
 const namespace = 'rel-spoof';
 
-test('pods with the right label but the wrong owner are ignored', { timeout: 120_000 }, async () => {
-  await installCrds(kc, { info: () => {} });
-  const procs = new Processes(namespace);
-  const core = kc.makeApiClient(CoreV1Api);
-  const apps = kc.makeApiClient(AppsV1Api);
-  after(async () => {
-    await procs.stopAll();
-    await deleteRollcallObjects(kc);
-    await core.deleteCollectionNamespacedPod({ namespace, labelSelector: 'rel-spoof=true' }).catch(() => {});
-    await apps.deleteCollectionNamespacedReplicaSet({ namespace, labelSelector: 'rel-spoof=true' }).catch(() => {});
-  });
-  const s = new Scenario(kc, namespace, seedFromEnv());
-  procs.run();
-  procs.sim();
-  await s.setup(2);
-  await s.storm(6);
-  const [server] = [...s.model.servers.keys()];
-  const labels = { 'rollcall.dev/policy-server': server!, 'rel-spoof': 'true' };
-  // A look-alike ReplicaSet: right labels, right namespace, but not controlled by the Deployment.
-  const rs = await apps.createNamespacedReplicaSet({
-    namespace,
-    body: { metadata: { name: 'rel-spoof-rs', labels }, spec: { replicas: 0, selector: { matchLabels: { 'rel-spoof-never': 'x' } }, template: { metadata: { labels: { 'rel-spoof-never': 'x' } }, spec: { containers: [{ name: 'x', image: 'sim://policy-server' }] } } } },
-  });
-  // Every policy failed at every generation up to 20, in the report of each spoofed pod.
-  const lie = JSON.stringify(Object.fromEntries([...s.model.policies].map(([name, p]) => [name, { generation: p.generation, state: 'Failed', message: 'spoofed' }])));
-  const spoof = (name: string, owned: boolean): V1Pod => ({
-    metadata: {
-      name,
-      labels,
-      annotations: { 'rollcall.dev/policies': lie },
-      ...(owned ? { ownerReferences: [{ apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'rel-spoof-rs', uid: rs.metadata!.uid!, controller: true }] } : {}),
-    },
-    // Never Ready (kwok skips this image), so the simulator leaves the lie in place.
-    spec: { containers: [{ name: 'x', image: 'sim://never-ready' }] },
-  });
-  await core.createNamespacedPod({ namespace, body: spoof('rel-spoof-orphan', false) });
-  await core.createNamespacedPod({ namespace, body: spoof('rel-spoof-owned', true) });
-  await s.converge(60_000);
-});
+test(
+  'pods with the right label but the wrong owner are ignored',
+  { timeout: 120_000 },
+  async () => {
+    await installCrds(kc, { info: () => {} });
+    const procs = new Processes(namespace);
+    const core = kc.makeApiClient(CoreV1Api);
+    const apps = kc.makeApiClient(AppsV1Api);
+    after(async () => {
+      await procs.stopAll();
+      await deleteRollcallObjects(kc);
+      await core
+        .deleteCollectionNamespacedPod({ namespace, labelSelector: 'rel-spoof=true' })
+        .catch(() => {});
+      await apps
+        .deleteCollectionNamespacedReplicaSet({ namespace, labelSelector: 'rel-spoof=true' })
+        .catch(() => {});
+    });
+    const s = new Scenario(kc, namespace, seedFromEnv());
+    procs.run();
+    procs.sim();
+    await s.setup(2);
+    await s.storm(6);
+    const [server] = [...s.model.servers.keys()];
+    const labels = { 'rollcall.dev/policy-server': server!, 'rel-spoof': 'true' };
+    // A look-alike ReplicaSet: right labels, right namespace, but not controlled by the Deployment.
+    const rs = await apps.createNamespacedReplicaSet({
+      namespace,
+      body: {
+        metadata: { name: 'rel-spoof-rs', labels },
+        spec: {
+          replicas: 0,
+          selector: { matchLabels: { 'rel-spoof-never': 'x' } },
+          template: {
+            metadata: { labels: { 'rel-spoof-never': 'x' } },
+            spec: { containers: [{ name: 'x', image: 'sim://policy-server' }] },
+          },
+        },
+      },
+    });
+    // Every policy failed at every generation up to 20, in the report of each spoofed pod.
+    const lie = JSON.stringify(
+      Object.fromEntries(
+        [...s.model.policies].map(([name, p]) => [
+          name,
+          { generation: p.generation, state: 'Failed', message: 'spoofed' },
+        ]),
+      ),
+    );
+    const spoof = (name: string, owned: boolean): V1Pod => ({
+      metadata: {
+        name,
+        labels,
+        annotations: { 'rollcall.dev/policies': lie },
+        ...(owned
+          ? {
+              ownerReferences: [
+                {
+                  apiVersion: 'apps/v1',
+                  kind: 'ReplicaSet',
+                  name: 'rel-spoof-rs',
+                  uid: rs.metadata!.uid!,
+                  controller: true,
+                },
+              ],
+            }
+          : {}),
+      },
+      // Never Ready (kwok skips this image), so the simulator leaves the lie in place.
+      spec: { containers: [{ name: 'x', image: 'sim://never-ready' }] },
+    });
+    await core.createNamespacedPod({ namespace, body: spoof('rel-spoof-orphan', false) });
+    await core.createNamespacedPod({ namespace, body: spoof('rel-spoof-owned', true) });
+    await s.converge(60_000);
+  },
+);

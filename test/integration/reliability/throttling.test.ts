@@ -27,14 +27,25 @@ function throttledIdentity(): object[] {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'ClusterRoleBinding',
       metadata: { name: sa },
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-admin' },
+      roleRef: {
+        apiGroup: 'rbac.authorization.k8s.io',
+        kind: 'ClusterRole',
+        name: 'cluster-admin',
+      },
       subjects: [{ kind: 'ServiceAccount', name: sa, namespace }],
     },
     {
       apiVersion: 'flowcontrol.apiserver.k8s.io/v1',
       kind: 'PriorityLevelConfiguration',
       metadata: { name: sa },
-      spec: { type: 'Limited', limited: { nominalConcurrencyShares: 1, lendablePercent: 0, limitResponse: { type: 'Reject' } } },
+      spec: {
+        type: 'Limited',
+        limited: {
+          nominalConcurrencyShares: 1,
+          lendablePercent: 0,
+          limitResponse: { type: 'Reject' },
+        },
+      },
     },
     {
       apiVersion: 'flowcontrol.apiserver.k8s.io/v1',
@@ -46,7 +57,15 @@ function throttledIdentity(): object[] {
         rules: [
           {
             subjects: [{ kind: 'ServiceAccount', serviceAccount: { name: sa, namespace } }],
-            resourceRules: [{ verbs: ['*'], apiGroups: ['*'], resources: ['*'], clusterScope: true, namespaces: ['*'] }],
+            resourceRules: [
+              {
+                verbs: ['*'],
+                apiGroups: ['*'],
+                resources: ['*'],
+                clusterScope: true,
+                namespaces: ['*'],
+              },
+            ],
           },
         ],
       },
@@ -54,46 +73,78 @@ function throttledIdentity(): object[] {
   ];
 }
 
-test('429s from API Priority and Fairness are waited out, and the end state matches', { timeout: 240_000 }, async () => {
-  const cluster = testCluster();
-  await installCrds(kc, { info: () => {} });
-  await ensureNamespace(kc, namespace);
-  const identity = throttledIdentity();
-  kubectl(cluster, ['apply', '-f', '-'], identity.map((o) => stringify(o)).join('---\n'));
-  const procs = new Processes(namespace);
-  after(async () => {
-    await procs.stopAll();
-    await deleteRollcallObjects(kc);
-    kubectl(cluster, ['delete', '--ignore-not-found', '-f', '-'], identity.map((o) => stringify(o)).join('---\n'));
-  });
+test(
+  '429s from API Priority and Fairness are waited out, and the end state matches',
+  { timeout: 240_000 },
+  async () => {
+    const cluster = testCluster();
+    await installCrds(kc, { info: () => {} });
+    await ensureNamespace(kc, namespace);
+    const identity = throttledIdentity();
+    kubectl(cluster, ['apply', '-f', '-'], identity.map((o) => stringify(o)).join('---\n'));
+    const procs = new Processes(namespace);
+    after(async () => {
+      await procs.stopAll();
+      await deleteRollcallObjects(kc);
+      kubectl(
+        cluster,
+        ['delete', '--ignore-not-found', '-f', '-'],
+        identity.map((o) => stringify(o)).join('---\n'),
+      );
+    });
 
-  const token = kubectl(cluster, ['create', 'token', sa, '-n', namespace, '--duration=1h']).trim();
-  const admin = kc.getCurrentCluster()!;
-  const kubeconfig = join(cluster.dir, 'throttled.kubeconfig');
-  writeFileSync(
-    kubeconfig,
-    stringify({
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: [{ name: 'local', cluster: { server: admin.server, 'certificate-authority-data': kc.clusters[0]!.caData } }],
-      users: [{ name: sa, user: { token } }],
-      contexts: [{ name: 'local', context: { cluster: 'local', user: sa } }],
-      'current-context': 'local',
-    }),
-  );
+    const token = kubectl(cluster, [
+      'create',
+      'token',
+      sa,
+      '-n',
+      namespace,
+      '--duration=1h',
+    ]).trim();
+    const admin = kc.getCurrentCluster()!;
+    const kubeconfig = join(cluster.dir, 'throttled.kubeconfig');
+    writeFileSync(
+      kubeconfig,
+      stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [
+          {
+            name: 'local',
+            cluster: { server: admin.server, 'certificate-authority-data': kc.clusters[0]!.caData },
+          },
+        ],
+        users: [{ name: sa, user: { token } }],
+        contexts: [{ name: 'local', context: { cluster: 'local', user: sa } }],
+        'current-context': 'local',
+      }),
+    );
 
-  const s = new Scenario(kc, namespace, seedFromEnv());
-  const port = await freePort();
-  procs.watcher('w0');
-  procs.sim();
-  // Many concurrent jobs and no client-side rate limit: only APF holds the writes back.
-  procs.worker(['--port', String(port), '--concurrency', '64', '--write-rate', '1000', '--write-burst', '1000'], { KUBECONFIG: kubeconfig });
-  await s.setup(2);
-  await s.storm(150, 0);
-  await s.converge(150_000);
+    const s = new Scenario(kc, namespace, seedFromEnv());
+    const port = await freePort();
+    procs.watcher('w0');
+    procs.sim();
+    // Many concurrent jobs and no client-side rate limit: only APF holds the writes back.
+    procs.worker(
+      [
+        '--port',
+        String(port),
+        '--concurrency',
+        '64',
+        '--write-rate',
+        '1000',
+        '--write-burst',
+        '1000',
+      ],
+      { KUBECONFIG: kubeconfig },
+    );
+    await s.setup(2);
+    await s.storm(150, 0);
+    await s.converge(150_000);
 
-  const throttled = await metric(port, 'rollcall_kube_requests_total', { code: '429' });
-  const failedRuns = await metric(port, 'rollcall_queue_runs_total', { outcome: 'retry' });
-  assert.ok(throttled > 0, 'the apiserver answered some writes with 429');
-  assert.equal(failedRuns, 0, 'a 429 is waited out, never counted as a failed run');
-});
+    const throttled = await metric(port, 'rollcall_kube_requests_total', { code: '429' });
+    const failedRuns = await metric(port, 'rollcall_queue_runs_total', { outcome: 'retry' });
+    assert.ok(throttled > 0, 'the apiserver answered some writes with 429');
+    assert.equal(failedRuns, 0, 'a 429 is waited out, never counted as a failed run');
+  },
+);

@@ -5,7 +5,10 @@ import { formatKey, functionOf, InvalidKeyError, newJobId, parseKey } from '../.
 const valid: [string, ReturnType<typeof parseKey>][] = [
   ['policy/require-labels', { function: 'policy', name: 'require-labels' }],
   ['policyserver/default', { function: 'policyserver', name: 'default' }],
-  ['pod/rollcall-system/server-7d9f-abcde', { function: 'pod', namespace: 'rollcall-system', name: 'server-7d9f-abcde' }],
+  [
+    'pod/rollcall-system/server-7d9f-abcde',
+    { function: 'pod', namespace: 'rollcall-system', name: 'server-7d9f-abcde' },
+  ],
   ['policy/my.policy.example', { function: 'policy', name: 'my.policy.example' }],
 ];
 

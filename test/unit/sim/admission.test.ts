@@ -10,12 +10,37 @@ import { ensurePki, issueCertificate } from '../../../cluster/pki.ts';
 import { startAdmissionServer, verdict, type AdmissionPolicy } from '../../../sim/admission.ts';
 
 test('verdicts', () => {
-  const cases: { name: string; policy: AdmissionPolicy; allowed: boolean; message?: string; warning?: boolean }[] = [
+  const cases: {
+    name: string;
+    policy: AdmissionPolicy;
+    allowed: boolean;
+    message?: string;
+    warning?: boolean;
+  }[] = [
     { name: 'sim://ok allows', policy: { module: 'sim://ok' }, allowed: true },
-    { name: 'sim://deny denies with its message', policy: { module: 'sim://deny?message=no+latest' }, allowed: false, message: 'no latest' },
-    { name: 'sim://deny without a message', policy: { module: 'sim://deny' }, allowed: false, message: 'denied by policy' },
-    { name: 'monitor mode only warns', policy: { module: 'sim://deny?message=x', mode: 'monitor' }, allowed: true, warning: true },
-    { name: 'a real module is allowed', policy: { module: 'https://example.com/p.wasm' }, allowed: true },
+    {
+      name: 'sim://deny denies with its message',
+      policy: { module: 'sim://deny?message=no+latest' },
+      allowed: false,
+      message: 'no latest',
+    },
+    {
+      name: 'sim://deny without a message',
+      policy: { module: 'sim://deny' },
+      allowed: false,
+      message: 'denied by policy',
+    },
+    {
+      name: 'monitor mode only warns',
+      policy: { module: 'sim://deny?message=x', mode: 'monitor' },
+      allowed: true,
+      warning: true,
+    },
+    {
+      name: 'a real module is allowed',
+      policy: { module: 'https://example.com/p.wasm' },
+      allowed: true,
+    },
   ];
   for (const c of cases) {
     const r = verdict('uid-1', 'p', c.policy);
@@ -30,24 +55,50 @@ test('answers an AdmissionReview over TLS, and 404 for an unknown policy', async
   const dir = mkdtempSync(join(tmpdir(), 'rollcall-admission-'));
   const pki = ensurePki(dir);
   const { cert, key } = issueCertificate(dir, 'sim', 'sim', ['IP:127.0.0.1']);
-  const policies: Record<string, AdmissionPolicy> = { strict: { module: 'sim://deny?message=nope' } };
-  const server = await startAdmissionServer({ port: 0, certFile: cert, keyFile: key, policy: (n) => policies[n], logger: pino({ level: 'silent' }) });
+  const policies: Record<string, AdmissionPolicy> = {
+    strict: { module: 'sim://deny?message=nope' },
+  };
+  const server = await startAdmissionServer({
+    port: 0,
+    certFile: cert,
+    keyFile: key,
+    policy: (n) => policies[n],
+    logger: pino({ level: 'silent' }),
+  });
   const port = (server.address() as { port: number }).port;
   const post = (path: string, body: unknown) =>
     new Promise<{ code: number; body: { response?: unknown } }>((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port, path, method: 'POST', ca: readFileSync(pki.caCert), headers: { 'content-type': 'application/json' } }, (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c.toString()));
-        res.on('end', () => resolve({ code: res.statusCode ?? 0, body: JSON.parse(text) }));
-      });
+      const req = request(
+        {
+          host: '127.0.0.1',
+          port,
+          path,
+          method: 'POST',
+          ca: readFileSync(pki.caCert),
+          headers: { 'content-type': 'application/json' },
+        },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c.toString()));
+          res.on('end', () => resolve({ code: res.statusCode ?? 0, body: JSON.parse(text) }));
+        },
+      );
       req.on('error', reject);
       req.end(JSON.stringify(body));
     });
   try {
-    const review = { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'abc', operation: 'CREATE' } };
+    const review = {
+      apiVersion: 'admission.k8s.io/v1',
+      kind: 'AdmissionReview',
+      request: { uid: 'abc', operation: 'CREATE' },
+    };
     const denied = await post('/validate/strict', review);
     assert.equal(denied.code, 200);
-    assert.deepEqual(denied.body.response, { uid: 'abc', allowed: false, status: { code: 403, message: 'nope' } });
+    assert.deepEqual(denied.body.response, {
+      uid: 'abc',
+      allowed: false,
+      status: { code: 403, message: 'nope' },
+    });
     assert.equal((await post('/validate/unknown', review)).code, 404);
     assert.equal((await post('/validate/strict', { kind: 'Nope' })).code, 400);
   } finally {
