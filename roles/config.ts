@@ -76,7 +76,7 @@ export const configHelp = `options (flag, then environment variable, then defaul
   --identity ID          leader-election identity (POD_NAME, host-pid)
   --install-crds         apply the CRDs at start (local use)
   --ui-credentials U:P   queue UI basic auth (ROLLCALL_UI_CREDENTIALS)
-  --ui-local-only        serve the queue UI without credentials (loopback use only)
+  --ui-local-only        serve the status page and queue UI to loopback clients only
   --ui-allow-actions     let the queue UI retry/clean jobs (read-only by default)
   --no-coalesce          one run per event, for benchmarks (ROLLCALL_COALESCE=false)`;
 
