@@ -205,11 +205,7 @@ export class Watcher {
   /** Once every reflector has listed: write all projections in one go, then enqueue every key. */
   private async maybeGoLive(): Promise<void> {
     if (this.live || [...this.reflectors.values()].some((r) => !r.hasSynced())) return;
-    await this.rebuild('initial sync');
-    // Still inside the write order: events queued behind the rebuild now see live = true.
-    await this.serialized(async () => {
-      this.live = true;
-    });
+    await this.rebuild('initial sync', true);
   }
 
   /** Rewrites every projection from the informers' stores and enqueues every key. */
@@ -220,14 +216,18 @@ export class Watcher {
   }
 
   /** Rewrites every projection from the informers' stores and enqueues every key. */
-  private rebuild(why: string): Promise<void> {
+  private rebuild(why: string, goLive = false): Promise<void> {
     return this.serialized(async () => {
+      if (goLive && this.live) return; // another reflector's sync got here first
       const objects: Partial<Record<ProjectedKind, KubernetesObject[]>> = {};
       for (const w of this.watched())
         objects[w.projected] = this.reflectors.get(w.kind)?.list() ?? [];
       this.policiesByServer.clear();
       for (const p of objects.policy ?? []) this.index(p, undefined);
       await this.store.replaceAll(objects as never);
+      // Live from inside the write order: an event that arrived after the snapshot is queued
+      // behind this section and must be written, not skipped as "before live".
+      if (goLive) this.live = true;
       this.options.logger.info(
         { why, objects: Object.values(objects).reduce((n, l) => n + l.length, 0) },
         'projections written',
