@@ -1,15 +1,7 @@
 // Starts and stops the local control plane: etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and kwok with one fake node, all on loopback with free ports.
 import { spawn, spawnSync } from 'node:child_process';
-import {
-  closeSync,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
@@ -442,5 +434,3 @@ function apiOk(state: ClusterState, pki: Pki, path: string): Promise<boolean> {
     req.end();
   });
 }
-
-export const clusterExists = (dir = localDir) => existsSync(stateFile(dir));
