@@ -208,7 +208,7 @@ export class Watcher {
     await this.rebuild('initial sync', true);
   }
 
-  /** Rewrites every projection from the informers' stores and enqueues every key. */
+  /** Runs fn after every projection write or rebuild queued before it. */
   private serialized<T>(fn: () => Promise<T>): Promise<T> {
     const run = this.writes.then(fn, fn);
     this.writes = run.catch(() => {});
@@ -219,6 +219,8 @@ export class Watcher {
   private rebuild(why: string, goLive = false): Promise<void> {
     return this.serialized(async () => {
       if (goLive && this.live) return; // another reflector's sync got here first
+      // Stepped down meanwhile: empty stores must never overwrite the new leader's projections.
+      if (this.reflectors.size === 0) return;
       const objects: Partial<Record<ProjectedKind, KubernetesObject[]>> = {};
       for (const w of this.watched())
         objects[w.projected] = this.reflectors.get(w.kind)?.list() ?? [];
