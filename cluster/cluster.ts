@@ -65,7 +65,11 @@ function alive(pid: number | undefined): boolean {
 /** Starts the cluster and returns its state; on a running, healthy cluster it only returns the state. */
 export async function up(dir = localDir, log: Log = console.error): Promise<ClusterState> {
   const existing = readState(dir);
-  if (existing && components.every((c) => alive(existing.pids[c])) && (await healthy(existing))) {
+  if (
+    existing &&
+    components.every((c) => alive(existing.pids[c])) &&
+    (await apiserverReady(existing))
+  ) {
     log(`cluster already running: ${existing.server} (kubeconfig ${existing.kubeconfig})`);
     return existing;
   }
@@ -233,7 +237,7 @@ export async function status(dir = localDir): Promise<ClusterStatus> {
   }));
   return {
     running: list.some((c) => c.alive),
-    healthy: list.every((c) => c.alive) && (await healthy(state)),
+    healthy: list.every((c) => c.alive) && (await apiserverReady(state)),
     server: state.server,
     kubeconfig: state.kubeconfig,
     components: list,
@@ -279,7 +283,8 @@ function nodeReady(state: ClusterState): boolean {
   }
 }
 
-async function healthy(state: ClusterState): Promise<boolean> {
+/** True when the apiserver answers /readyz with 200 to the admin token. */
+export async function apiserverReady(state: ClusterState): Promise<boolean> {
   try {
     const pki = ensurePki(join(state.dir, 'pki'));
     return await apiOk(state, pki, '/readyz');

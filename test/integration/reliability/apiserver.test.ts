@@ -8,7 +8,8 @@ import { installCrds } from '../../../roles/install-crds.ts';
 import { testCluster, testKubeConfig } from '../../support/kube.ts';
 import { deleteRollcallObjects } from '../../support/rollcall.ts';
 import { Processes, Scenario, seedFromEnv } from './driver.ts';
-import { apiserverReady, compactEtcd, metric, restartApiserver } from './faults.ts';
+import { apiserverReady } from '../../../cluster/cluster.ts';
+import { compactEtcd, metric, restartApiserver } from './faults.ts';
 
 const kc = testKubeConfig();
 

@@ -2,10 +2,9 @@
 // that can be restarted with the same arguments on the shared test cluster.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
-import { request } from 'node:https';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ClusterState } from '../../../cluster/cluster.ts';
+import { apiserverReady, type ClusterState } from '../../../cluster/cluster.ts';
 import { freePort } from '../../../cluster/ports.ts';
 import { ensureRedisServer, redisServerArgs, waitForPing } from '../../../cluster/redis.ts';
 
@@ -41,28 +40,6 @@ export class PrivateRedis {
     child.kill('SIGKILL');
     await exited;
   }
-}
-
-/** GET on the apiserver with the admin token; true on 200. */
-export function apiserverReady(state: ClusterState): Promise<boolean> {
-  const token = /token:\s*(\S+)/.exec(readFileSync(state.kubeconfig, 'utf8'))?.[1] ?? '';
-  return new Promise((resolveOk) => {
-    const req = request(
-      `${state.server}/readyz`,
-      {
-        ca: readFileSync(join(state.dir, 'pki', 'ca.crt')),
-        headers: { authorization: `Bearer ${token}` },
-        timeout: 2000,
-      },
-      (res) => {
-        res.resume();
-        resolveOk(res.statusCode === 200);
-      },
-    );
-    req.on('error', () => resolveOk(false));
-    req.on('timeout', () => req.destroy());
-    req.end();
-  });
 }
 
 async function waitReady(state: ClusterState, timeoutMs = 90_000): Promise<void> {
