@@ -93,7 +93,9 @@ const resultsFile = join(
 /** Written after every phase, so a long run that is stopped still leaves its figures. */
 function save(): void {
   mkdirSync(join(repoRoot, 'bench', 'out'), { recursive: true });
-  writeFileSync(resultsFile, JSON.stringify(results, null, 2));
+  // A timed-out figure (Infinity) would become null in JSON.
+  const timedOut = (_: string, v: unknown) => (v === Infinity ? 'timed out' : v);
+  writeFileSync(resultsFile, JSON.stringify(results, timedOut, 2));
 }
 
 let stopping: Promise<void> | undefined;
@@ -204,9 +206,23 @@ const policyBody = (name: string, server: string) => ({
 
 // ---------------------------------------------------------------- subjects
 
+/** No job waiting, delayed or running, per the process's /metrics (a real queue read). */
+const queueIdle = async (port: number) => {
+  let n = 0;
+  for (const state of ['waiting', 'active', 'delayed', 'prioritized'])
+    n += await metric(port, 'rollcall_queue_depth', { state });
+  return n === 0;
+};
+
+interface Started {
+  procs: Proc[];
+  runs: () => Promise<number>;
+  /** Nothing queued or running (from /metrics); the poller is always idle. */
+  idle: () => Promise<boolean>;
+}
 interface Subject {
   name: string;
-  start(): Promise<{ procs: Proc[]; runs: () => Promise<number> }>;
+  start(): Promise<Started>;
 }
 
 let db = 0;
@@ -224,6 +240,7 @@ const rollcallSubject = (name: string, extra: string[]): Subject => ({
     return {
       procs: [p],
       runs: () => metric(p.port, 'rollcall_queue_runs_total', { function: 'policy' }),
+      idle: () => queueIdle(p.port),
     };
   },
 });
@@ -236,7 +253,11 @@ const pollerSubject: Subject = {
       KUBECONFIG: proxy.kubeconfig,
     });
     running.add(p);
-    return { procs: [p], runs: async () => (proxy.snapshot().reads / 6) * recorder.latest.size };
+    return {
+      procs: [p],
+      runs: async () => (proxy.snapshot().reads / 6) * recorder.latest.size,
+      idle: async () => true,
+    };
   },
 };
 const subjects = [
@@ -245,7 +266,14 @@ const subjects = [
   pollerSubject,
 ];
 
+/** A flip not seen in this long counts as timed out; after `maxTimeouts` the subject is saturated. */
+const flipTimeoutMs = 60_000;
+const maxTimeouts = 3;
+
 interface Latency {
+  /** Flips written and flips whose result was never seen within flipTimeoutMs. */
+  flips: number;
+  timeouts: number;
   p50: number;
   p90: number;
   p99: number;
@@ -261,6 +289,8 @@ async function latency(runs: () => Promise<number>): Promise<Latency> {
   const c0 = proxy.snapshot();
   const r0 = await runs();
   const samples: number[] = [];
+  let flips = 0;
+  let timeouts = 0;
   for (let i = 0; i < size.flips; i++) {
     const failing = i % 2 === 0;
     const message = `flip ${i}`;
@@ -281,24 +311,37 @@ async function latency(runs: () => Promise<number>): Promise<Latency> {
     };
     const t0 = performance.now();
     await writeReport(pod!, json);
-    await recorder.until(shown, 60_000, `flip ${i} of ${target}`);
-    samples.push(seenAt - t0);
+    flips++;
+    try {
+      await recorder.until(shown, flipTimeoutMs, `flip ${i} of ${target}`);
+      samples.push(seenAt - t0);
+    } catch (err) {
+      log(`${(err as Error).message}; counted as > ${flipTimeoutMs / 1000} s`);
+      samples.push(Infinity);
+      if (++timeouts === maxTimeouts) break;
+    }
   }
   const c = diffCounts(c0, proxy.snapshot());
   const runsDone = (await runs()) - r0;
   samples.sort((a, b) => a - b);
   return {
+    flips,
+    timeouts,
     p50: percentile(samples, 50),
     p90: percentile(samples, 90),
     p99: percentile(samples, 99),
     max: samples.at(-1)!,
-    runsPerFlip: runsDone / size.flips,
-    statusWritesPerFlip: c.policyStatusWrites / size.flips,
-    readsPerFlip: c.reads / size.flips,
+    runsPerFlip: runsDone / flips,
+    statusWritesPerFlip: c.policyStatusWrites / flips,
+    readsPerFlip: c.reads / flips,
   };
 }
 
+const phaseTimeoutMs = 600_000;
+
 interface Storm {
+  /** Policies at the expected end state when convergence was reached or timed out. */
+  convergedPolicies: number;
   convergenceS: number;
   afterDataPlaneS: number;
   reconcileRuns: number;
@@ -387,25 +430,33 @@ async function storm(runs: () => Promise<number>): Promise<Storm> {
   const tData = performance.now();
 
   let tConverged = 0;
+  const atEnd = (n: string) => {
+    const s = recorder.latest.get(n)?.status;
+    return (
+      s?.observedGeneration === gen &&
+      s.summary === 'Stalled' &&
+      s.readyReplicas === 2 &&
+      s.failures?.[0]?.pod === failedPod
+    );
+  };
   const converged = () => {
-    const ok = stormNames.every((n) => {
-      const s = recorder.latest.get(n)?.status;
-      return (
-        s?.observedGeneration === gen &&
-        s.summary === 'Stalled' &&
-        s.readyReplicas === 2 &&
-        s.failures?.[0]?.pod === failedPod
-      );
-    });
+    const ok = stormNames.every(atEnd);
     if (ok && tConverged === 0) tConverged = performance.now();
     return ok;
   };
-  await recorder.until(converged, 600_000, 'storm convergence');
+  try {
+    await recorder.until(converged, phaseTimeoutMs, 'storm convergence');
+  } catch (err) {
+    tConverged = Infinity; // reported as "> phaseTimeoutMs", with how many policies got there
+    log(`${(err as Error).message}; counted as > ${phaseTimeoutMs / 1000} s`);
+  }
+  const convergedPolicies = stormNames.filter(atEnd).length;
   await recorder.quiet(2000); // trailing writes count too
   const c = diffCounts(c0, proxy.snapshot());
   const changes = recorder.changesSince(t0, (n) => n.startsWith('s'));
   const dataPlaneEvents = dataPlaneWrites - w0;
   return {
+    convergedPolicies,
     convergenceS: (tConverged - t0) / 1000,
     afterDataPlaneS: (tConverged - tData) / 1000,
     reconcileRuns: (await runs()) - r0,
@@ -420,6 +471,27 @@ async function storm(runs: () => Promise<number>): Promise<Storm> {
     readsPerEvent: c.reads / dataPlaneEvents,
     failedPod,
   };
+}
+
+interface PerSubject {
+  /** Seconds from the healing report writes until the subject's queue was empty. */
+  settleS: number;
+  latency: Latency;
+  storm: Storm;
+}
+
+async function settle(idle: () => Promise<boolean>, since: number): Promise<number> {
+  const end = performance.now() + phaseTimeoutMs;
+  while (!(await idle())) {
+    if (performance.now() > end) {
+      log(
+        `queue not idle ${phaseTimeoutMs / 1000} s after healing; measuring latency behind the backlog`,
+      );
+      return Infinity;
+    }
+    await sleep(250);
+  }
+  return (performance.now() - since) / 1000;
 }
 
 // ---------------------------------------------------------------- run
@@ -480,24 +552,30 @@ try {
     await sleep(100);
   }
 
-  const perSubject: Record<string, { latency: Latency; storm: Storm }> = {};
+  const perSubject: Record<string, PerSubject> = {};
   for (const subject of subjects) {
     log(`${subject.name}: starting`);
-    const { procs, runs } = await subject.start();
+    const { procs, runs, idle } = await subject.start();
     // Created once the first subject is up: rollcall's watcher drops events that arrive
     // while it writes its initial projections (see RESULTS.md), so nothing may change then.
     if (subject === subjects[0]) await createObjects();
+    const tHeal = performance.now();
     await heal();
     await recorder.until(allHealthy, 300_000, `${subject.name}: every policy Ready`);
+    // Latency is measured on an idle subject: without coalescing, the runs queued by startup
+    // and healing outlast the statuses they produce, and a flip would wait behind them.
+    const settleS = await settle(idle, tHeal);
     await recorder.quiet(1500);
-    log(`${subject.name}: every policy Ready; single-change latency (${size.flips} flips)`);
+    log(
+      `${subject.name}: every policy Ready, queue idle ${settleS.toFixed(1)} s after healing; single-change latency (${size.flips} flips)`,
+    );
     const lat = await latency(runs);
     log(
       `${subject.name}: p50 ${lat.p50.toFixed(0)} ms; storm (${size.storm} policies × 3 replicas)`,
     );
     const st = await storm(runs);
     log(`${subject.name}: storm converged in ${st.convergenceS.toFixed(1)} s`);
-    perSubject[subject.name] = { latency: lat, storm: st };
+    perSubject[subject.name] = { settleS, latency: lat, storm: st };
     results.subjects = perSubject;
     save();
     for (const p of procs) {
@@ -552,10 +630,7 @@ try {
       running.delete(p);
     }
   };
-  const drained = async (watcher: Proc) =>
-    (await metric(watcher.port, 'rollcall_queue_depth', { state: 'waiting' })) +
-      (await metric(watcher.port, 'rollcall_queue_depth', { state: 'active' })) ===
-    0;
+  const drained = (watcher: Proc) => queueIdle(watcher.port);
 
   log(
     `memory: watcher and worker idle, then ${size.memPods} bare policy-server pods and ${size.memPolicies} policies`,
@@ -688,25 +763,35 @@ try {
 
 function printTable(
   all: Record<string, unknown>,
-  s: Record<string, { latency: Latency; storm: Storm }>,
+  s: Record<string, PerSubject>,
   floorS: number,
   scale: { workers: number; runs: number; seconds: number; runsPerSecond: number }[],
 ): void {
   const names = Object.keys(s);
   const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : '—');
   const rows: [string, ...string[]][] = [['figure', ...names]];
-  const row = (label: string, f: (x: { latency: Latency; storm: Storm }) => string) =>
+  const row = (label: string, f: (x: PerSubject) => string) =>
     rows.push([label, ...names.map((n) => f(s[n]!))]);
-  row(`1 latency p50 ms (${size.flips} flips)`, (x) => fmt(x.latency.p50));
-  row('1 latency p90 ms', (x) => fmt(x.latency.p90));
-  row('1 latency p99 ms', (x) => fmt(x.latency.p99));
-  row('1 latency max ms', (x) => fmt(x.latency.max));
+  // A flip or storm that timed out is a figure too: "> limit".
+  const ms = (v: number) => (v === Infinity ? `> ${flipTimeoutMs}` : fmt(v));
+  const sec = (v: number) => (v === Infinity ? `> ${phaseTimeoutMs / 1000}` : fmt(v, 1));
+  row('0 queue idle after healing s', (x) => sec(x.settleS));
+  row(`1 latency p50 ms (${size.flips} flips)`, (x) => ms(x.latency.p50));
+  row('1 latency p90 ms', (x) => ms(x.latency.p90));
+  row('1 latency p99 ms', (x) => ms(x.latency.p99));
+  row('1 latency max ms', (x) => ms(x.latency.max));
+  row(`1 flips not seen in ${flipTimeoutMs / 1000} s`, (x) =>
+    x.latency.timeouts === 0 ? '0' : `${x.latency.timeouts} of ${x.latency.flips}`,
+  );
   row('1 reconcile runs per flip', (x) => fmt(x.latency.runsPerFlip, 1));
   row('1 status writes per flip', (x) => fmt(x.latency.statusWritesPerFlip, 2));
   row('1 API reads per flip', (x) => fmt(x.latency.readsPerFlip, 1));
-  row(`2 storm convergence s (${size.storm}×3)`, (x) => fmt(x.storm.convergenceS, 1));
-  row('2 … after the last report s', (x) => fmt(x.storm.afterDataPlaneS, 1));
-  row('3 convergence / floor', (x) => fmt(x.storm.convergenceS / floorS, 1) + '×');
+  row(`2 storm convergence s (${size.storm}×3)`, (x) => sec(x.storm.convergenceS));
+  row('2 … after the last report s', (x) => sec(x.storm.afterDataPlaneS));
+  row('2 policies at the end state', (x) => `${x.storm.convergedPolicies}/${size.storm}`);
+  row('3 convergence / floor', (x) =>
+    x.storm.convergenceS === Infinity ? '—' : fmt(x.storm.convergenceS / floorS, 1) + '×',
+  );
   row('2 reconcile runs', (x) => fmt(x.storm.reconcileRuns));
   row('2 status writes', (x) => fmt(x.storm.statusWrites));
   row('2 real status changes (watch)', (x) => fmt(x.storm.realStatusChanges));
