@@ -556,8 +556,7 @@ try {
   for (const subject of subjects) {
     log(`${subject.name}: starting`);
     const { procs, runs, idle } = await subject.start();
-    // Created once the first subject is up: rollcall's watcher drops events that arrive
-    // while it writes its initial projections (see RESULTS.md), so nothing may change then.
+    // Created once the first subject is up, which creates the policy-server Deployments.
     if (subject === subjects[0]) await createObjects();
     const tHeal = performance.now();
     await heal();
