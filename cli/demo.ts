@@ -15,7 +15,7 @@ import { issueCertificate } from '../cluster/pki.ts';
 import { freePort } from '../cluster/ports.ts';
 import { startRedis } from '../cluster/redis.ts';
 import { installCrds } from '../roles/install-crds.ts';
-import { loadKubeConfig } from '../roles/roles.ts';
+import { loadKubeConfig } from '../roles/kube-config.ts';
 import type { StatusIo } from './status.ts';
 
 const help = `usage: rollcall demo [--once] [--dir DIR]

@@ -3,7 +3,8 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, configHelp, parseConfig } from '../roles/config.ts';
 import { installCrds } from '../roles/install-crds.ts';
-import { createLogger, loadKubeConfig, startRoles, type Role } from '../roles/roles.ts';
+import { loadKubeConfig } from '../roles/kube-config.ts';
+import { createLogger, startRoles, type Role } from '../roles/roles.ts';
 import { startAdmissionServer } from '../sim/admission.ts';
 import { Simulator } from '../sim/sim.ts';
 import type { StatusIo } from './status.ts';

@@ -5,8 +5,13 @@ import { fileURLToPath } from 'node:url';
 /** The repository root (this file lives in <root>/cluster). */
 export const repoRoot = resolve(fileURLToPath(new URL('..', import.meta.url)));
 
-/** Runtime state of the local cluster: certificates, data, logs, kubeconfig. Gitignored. */
-export const localDir = process.env.ROLLCALL_LOCAL_DIR ?? join(repoRoot, '.rollcall', 'local');
+/**
+ * Runtime state of the local cluster: certificates, data, logs, kubeconfig. Gitignored.
+ * Absolute, because tools like openssl run with other working directories.
+ */
+export const localDir = resolve(
+  process.env.ROLLCALL_LOCAL_DIR ?? join(repoRoot, '.rollcall', 'local'),
+);
 
 export const kubeconfigPath = join(localDir, 'kubeconfig');
 

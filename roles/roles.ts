@@ -1,7 +1,6 @@
 // The roles rollcall runs as: watcher, worker, or both in one process (`rollcall run`).
 // Each is a thin shell wiring the pure functions to Kubernetes, Redis and HTTP.
 import { readFileSync } from 'node:fs';
-import { KubeConfig } from '@kubernetes/client-node';
 import { pino, type DestinationStream, type Logger } from 'pino';
 import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
 import { functions } from '../functions/index.ts';
@@ -21,15 +20,9 @@ import { mountUis } from '../server/ui.ts';
 import { Watcher } from '../watcher/watcher.ts';
 import type { Config } from './config.ts';
 import { installCrds } from './install-crds.ts';
+import { loadKubeConfig } from './kube-config.ts';
 
 export type Role = 'watcher' | 'worker';
-
-export function loadKubeConfig(path: string | undefined): KubeConfig {
-  const kc = new KubeConfig();
-  if (path) kc.loadFromFile(path);
-  else kc.loadFromCluster();
-  return kc;
-}
 
 /** Paths pino censors in every log line, whatever object a line carries. */
 export const redactedPaths = [
