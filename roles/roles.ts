@@ -74,13 +74,18 @@ function bounded(p: Promise<unknown>, ms: number): Promise<boolean> {
 /** /readyz for the given roles: Redis answers, and a leading watcher has synced its informers. */
 export async function readiness(
   ping: () => Promise<string>,
-  watcher: Pick<Watcher, 'isLeader' | 'isReady'> | undefined,
+  watcher: Pick<Watcher, 'isLeader' | 'isReady' | 'leaseProblem'> | undefined,
 ): Promise<Readiness> {
   const pong = await ping().catch((err: unknown) => (err as Error).message);
   if (pong !== 'PONG') return { ready: false, detail: `Redis does not answer (${pong})` };
   if (!watcher) return { ready: true, detail: 'Redis answers' };
-  if (!watcher.isLeader())
+  if (!watcher.isLeader()) {
+    // A standby that cannot read the Lease could not take over: say so rather than pass.
+    const problem = watcher.leaseProblem();
+    if (problem)
+      return { ready: false, detail: `standby watcher cannot check the leader Lease: ${problem}` };
     return { ready: true, detail: 'standby watcher (not leading); Redis answers' };
+  }
   if (!watcher.isReady())
     return { ready: false, detail: 'leading watcher: informers not synced yet' };
   return { ready: true, detail: 'leading watcher: informers synced; Redis answers' };

@@ -86,3 +86,9 @@ export function statusCodeOf(err: unknown): number | undefined {
   if (typeof statusCode === 'number') return statusCode;
   return typeof code === 'number' ? code : undefined;
 }
+
+/** An error in an operator's words: fetch reports "fetch failed" and keeps the reason in `cause`. */
+export function errorText(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  return err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message;
+}

@@ -7,7 +7,7 @@ import {
   type KubeConfig,
   type V1Lease,
 } from '@kubernetes/client-node';
-import { statusCodeOf } from './kube-http.ts';
+import { errorText, statusCodeOf } from './kube-http.ts';
 
 export interface LeaderElectorOptions {
   kc: KubeConfig;
@@ -54,6 +54,8 @@ export class LeaderElector {
   #lease: V1Lease | undefined;
   #stop: AbortController | undefined;
   #running: Promise<void> | undefined;
+  /** Why the last acquire/renew got no answer about the Lease; undefined once one did. */
+  #problem: string | undefined = 'the leader Lease has not been checked yet';
 
   constructor(options: LeaderElectorOptions) {
     this.#options = options;
@@ -85,6 +87,15 @@ export class LeaderElector {
     return this.#leading !== undefined;
   }
 
+  /**
+   * Why this candidate cannot tell who leads (the apiserver is unreachable, or refuses the
+   * Lease), or undefined when its last attempt got an answer. A standby with a problem could
+   * not take over if the leader died.
+   */
+  problem(): string | undefined {
+    return this.#problem;
+  }
+
   async #run(signal: AbortSignal): Promise<void> {
     const { renewEveryMs = 2_000 } = this.#options;
     while (!signal.aborted) {
@@ -96,54 +107,66 @@ export class LeaderElector {
   }
 
   async #tryAcquireOrRenew(): Promise<void> {
-    const { namespace, name, identity, leaseDurationSeconds = 15, logger } = this.#options;
+    const { namespace, name, logger } = this.#options;
     try {
-      const now = new V1MicroTime();
-      const current = await this.#read();
-      if (!current) {
-        this.#won(
-          await this.#api.createNamespacedLease({
-            namespace,
-            body: {
-              metadata: { name, namespace },
-              spec: {
-                holderIdentity: identity,
-                leaseDurationSeconds,
-                acquireTime: now,
-                renewTime: now,
-                leaseTransitions: 0,
-              },
-            },
-          }),
-        );
+      await this.#acquireOrRenew();
+      this.#problem = undefined;
+    } catch (err) {
+      // 409: another candidate wrote first, an answer like any other. Anything else: retry
+      // next period. A leader keeps leading until its renew deadline passes.
+      const code = statusCodeOf(err);
+      if (code === 409) {
+        this.#problem = undefined;
         return;
       }
-      const spec = current.spec ?? {};
-      const ours = spec.holderIdentity === identity;
-      if (!ours && !leaseIsFree(current, now.getTime())) {
-        if (this.#leading) await this.#stepDown(); // someone else holds it: we lost it long ago
-        return;
-      }
-      const renewed: V1Lease = {
-        ...current,
-        spec: ours
-          ? { ...spec, renewTime: now, leaseDurationSeconds }
-          : {
+      const why = code ? `the apiserver answered HTTP ${code}` : errorText(err);
+      this.#problem = `${why} (Lease ${namespace}/${name})`;
+      logger?.warn({ err, lease: `${namespace}/${name}` }, 'lease acquire/renew failed');
+    }
+  }
+
+  async #acquireOrRenew(): Promise<void> {
+    const { namespace, name, identity, leaseDurationSeconds = 15 } = this.#options;
+    const now = new V1MicroTime();
+    const current = await this.#read();
+    if (!current) {
+      this.#won(
+        await this.#api.createNamespacedLease({
+          namespace,
+          body: {
+            metadata: { name, namespace },
+            spec: {
               holderIdentity: identity,
               leaseDurationSeconds,
               acquireTime: now,
               renewTime: now,
-              leaseTransitions: (spec.leaseTransitions ?? 0) + (spec.holderIdentity ? 1 : 0),
+              leaseTransitions: 0,
             },
-      };
-      // replace carries current.metadata.resourceVersion: if anyone wrote since our read, 409.
-      this.#won(await this.#api.replaceNamespacedLease({ namespace, name, body: renewed }));
-    } catch (err) {
-      // 409: another candidate wrote first. Anything else: retry next period. A leader keeps
-      // leading until its renew deadline passes.
-      if (statusCodeOf(err) !== 409)
-        logger?.warn({ err, lease: `${namespace}/${name}` }, 'lease acquire/renew failed');
+          },
+        }),
+      );
+      return;
     }
+    const spec = current.spec ?? {};
+    const ours = spec.holderIdentity === identity;
+    if (!ours && !leaseIsFree(current, now.getTime())) {
+      if (this.#leading) await this.#stepDown(); // someone else holds it: we lost it long ago
+      return;
+    }
+    const renewed: V1Lease = {
+      ...current,
+      spec: ours
+        ? { ...spec, renewTime: now, leaseDurationSeconds }
+        : {
+            holderIdentity: identity,
+            leaseDurationSeconds,
+            acquireTime: now,
+            renewTime: now,
+            leaseTransitions: (spec.leaseTransitions ?? 0) + (spec.holderIdentity ? 1 : 0),
+          },
+    };
+    // replace carries current.metadata.resourceVersion: if anyone wrote since our read, 409.
+    this.#won(await this.#api.replaceNamespacedLease({ namespace, name, body: renewed }));
   }
 
   async #read(): Promise<V1Lease | undefined> {

@@ -116,6 +116,11 @@ export class Watcher {
     return this.elector.isLeader();
   }
 
+  /** Why this watcher cannot tell who leads, if it cannot (see LeaderElector.problem). */
+  leaseProblem(): string | undefined {
+    return this.elector.problem();
+  }
+
   /** Ready: a standby always; a leader once every informer has synced and the projections are written. */
   isReady(): boolean {
     return !this.isLeader() || this.live;

@@ -38,12 +38,13 @@ test('/readyz is 200 with the reason when ready, 503 when not, and 503 when the 
   );
 });
 
-test('readiness per role: Redis must answer; a leading watcher must have synced; a standby is ready', async () => {
+test('readiness per role: Redis must answer; a leading watcher must have synced; a standby must be able to read the Lease', async () => {
   const pong = async () => 'PONG';
   const down = async () => Promise.reject(new Error('Connection is closed.'));
-  const watcher = (isLeader: boolean, isReady: boolean) => ({
+  const watcher = (isLeader: boolean, isReady: boolean, leaseProblem?: string) => ({
     isLeader: () => isLeader,
     isReady: () => isReady,
+    leaseProblem: () => leaseProblem,
   });
   assert.deepEqual(await readiness(pong, undefined), { ready: true, detail: 'Redis answers' });
   assert.equal((await readiness(down, undefined)).ready, false);
@@ -51,6 +52,12 @@ test('readiness per role: Redis must answer; a leading watcher must have synced;
   assert.equal((await readiness(pong, watcher(true, true))).ready, true);
   assert.match((await readiness(pong, watcher(false, false))).detail, /standby/);
   assert.equal((await readiness(down, watcher(false, true))).ready, false);
+  const unreachable = await readiness(pong, watcher(false, true, 'connect ECONNREFUSED'));
+  assert.equal(unreachable.ready, false);
+  assert.match(
+    unreachable.detail,
+    /standby watcher cannot check the leader Lease: connect ECONNREFUSED/,
+  );
 });
 
 test('the logger censors credentials wherever they appear', () => {
