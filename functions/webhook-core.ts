@@ -67,7 +67,9 @@ export type WebhookPlan =
   | { action: 'create'; webhook: V1ValidatingWebhookConfiguration }
   | { action: 'update'; webhook: V1ValidatingWebhookConfiguration }
   | { action: 'keep' }
-  | { action: 'delete'; name: string };
+  | { action: 'delete'; name: string }
+  /** A webhook is wanted but cannot be written safely; `reason` says what the operator must do. */
+  | { action: 'blocked'; reason: string };
 
 export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
 
@@ -214,6 +216,13 @@ export function planWebhook({
       ? remove()
       : { action: 'keep' };
   if (policyServer === undefined) return { action: 'keep' };
+  // caSecretRef is not resolved yet: a webhook without its CA fails every TLS handshake,
+  // which under failurePolicy Fail rejects every matching request. Write nothing instead.
+  if (policyServer.spec.caSecretRef !== undefined && options.caBundle === undefined)
+    return {
+      action: 'blocked',
+      reason: `PolicyServer ${policyServer.metadata.name} sets spec.caSecretRef, which this rollcall version does not resolve; set spec.caBundle (base64 PEM of the CA) instead. The webhook of Policy ${policy.metadata.name} is left unchanged.`,
+    };
 
   const desired = buildWebhookConfiguration(policy, policyServer, options);
   if (existing === undefined) return { action: 'create', webhook: desired };

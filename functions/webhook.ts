@@ -44,6 +44,8 @@ export const webhook: ReconcileFunction = {
     switch (plan.action) {
       case 'keep':
         return done();
+      case 'blocked':
+        return terminal(plan.reason);
       case 'delete':
         await ctx.kube.deleteWebhook(plan.name);
         ctx.log.info({ webhook: plan.name }, 'webhook removed');

@@ -180,6 +180,21 @@ describe('planWebhook follows the decision table', () => {
       action: 'update',
     },
     {
+      name: 'Ready but the CA is a caSecretRef (not resolved yet): write nothing, say why',
+      input: {
+        policyServer: aPolicyServer({ spec: { caSecretRef: { name: 'ca', key: 'ca.crt' } } }),
+      },
+      action: 'blocked',
+    },
+    {
+      name: 'caSecretRef with the CA given by --webhook-ca-file: create it',
+      input: {
+        policyServer: aPolicyServer({ spec: { caSecretRef: { name: 'ca', key: 'ca.crt' } } }),
+        options: { ...options, caBundle: 'Q0EK' },
+      },
+      action: 'create',
+    },
+    {
       name: 'still loading with an older generation served: keep the old rules',
       input: { intent: { kind: 'keep' }, existing: older },
       action: 'keep',
@@ -234,6 +249,7 @@ describe('planWebhook follows the decision table', () => {
         assert.equal(plan.webhook.metadata?.annotations?.['rollcall.dev/served-generation'], '4');
       }
       if (plan.action === 'delete') assert.equal(plan.name, 'rollcall-require-labels');
+      if (plan.action === 'blocked') assert.match(plan.reason, /caSecretRef.*set spec\.caBundle/);
     });
   }
 });
