@@ -11,8 +11,10 @@ import {
   type KubernetesObject,
   type V1ValidatingWebhookConfiguration,
 } from '@kubernetes/client-node';
+import { Queue } from 'bullmq';
 import { kubectl } from '../../../cluster/cluster.ts';
 import type { Policy, PolicyServer } from '../../../api/v1alpha1.ts';
+import { createRedis } from '../../../queue/index.ts';
 import { installCrds } from '../../../roles/install-crds.ts';
 import {
   testCluster,
@@ -28,6 +30,8 @@ import {
   testDb,
   type RollcallProcess,
 } from '../../support/rollcall.ts';
+import { redisUrl } from '../../support/redis.ts';
+import { waitFor } from '../ops/support.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rollcall-e2e';
@@ -313,5 +317,27 @@ describe('rollcall end to end', () => {
     );
     assert.match(condition(stalled, 'Stalled')?.reason ?? '', /ProgressDeadlineExceeded/);
     assert.equal(condition(stalled, 'Ready')?.status, 'False');
+  });
+  test('a server whose CA is an unresolved caSecretRef gets no webhook; the webhook job fails with what to do', async () => {
+    const refServer = uniqueName('ps-ca-ref').slice(0, 40);
+    apply(
+      server(refServer, 1, { caSecretRef: { name: 'policy-server-ca' } }),
+      policy('ca-ref', refServer, 'sim://ok'),
+    );
+    await waitPolicy('ca-ref', (p) => isCurrent(p) && condition(p, 'Ready')?.status === 'True');
+    const redis = createRedis(`${redisUrl()}/${db}`, 'producer');
+    const queue = new Queue('reconcile', { connection: redis, prefix: 'rollcall' });
+    try {
+      const failed = await waitFor(
+        async () => (await queue.getFailed()).find((j) => j.data.key === 'webhook/ca-ref'),
+        30_000,
+        'the failed webhook/ca-ref job',
+      );
+      assert.match(failed.failedReason, /caSecretRef.*set spec\.caBundle/);
+      assert.equal(await webhookOf('ca-ref'), undefined);
+    } finally {
+      await queue.close();
+      redis.disconnect();
+    }
   });
 });
