@@ -101,6 +101,9 @@ export function desiredDeployment(
           ...(spec.serviceAccountName === undefined
             ? {}
             : { serviceAccountName: spec.serviceAccountName }),
+          // Pod Security `restricted`, which rollcall's namespace enforces: the image must
+          // run as a non-root user.
+          securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
           containers: [
             {
               name: POLICY_SERVER_CONTAINER,
@@ -113,6 +116,10 @@ export function desiredDeployment(
                 httpGet: { path: POLICY_SERVER_READINESS_PATH, port: 'https', scheme: 'HTTPS' },
                 periodSeconds: 5,
                 failureThreshold: 3,
+              },
+              securityContext: {
+                allowPrivilegeEscalation: false,
+                capabilities: { drop: ['ALL'] },
               },
               ...(spec.resources === undefined
                 ? {}

@@ -72,6 +72,18 @@ describe('desiredDeployment', () => {
     assert.deepEqual(container?.ports, [{ name: 'https', containerPort: 8443, protocol: 'TCP' }]);
   });
 
+  test('runs as non-root, without privilege escalation or capabilities (Pod Security restricted)', () => {
+    const pod = desiredDeployment(aPolicyServer(), options).spec?.template.spec;
+    assert.deepEqual(pod?.securityContext, {
+      runAsNonRoot: true,
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+    assert.deepEqual(pod?.containers[0]?.securityContext, {
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+    });
+  });
+
   test('writes integer resource quantities as strings', () => {
     assert.deepEqual(container?.resources, { limits: { cpu: '1', memory: '256Mi' } });
   });
