@@ -72,6 +72,9 @@ export class CountingProxy {
         },
         (up) => {
           res.writeHead(up.statusCode ?? 502, up.headers);
+          // Now, not with the first body chunk: a quiet watch would otherwise leave the client
+          // waiting for headers, unable to abort it (client-node's Watch takes no signal).
+          res.flushHeaders();
           up.pipe(res);
         },
       );

@@ -14,7 +14,7 @@ import {
   testDb,
   type RollcallProcess,
 } from '../../support/rollcall.ts';
-import { freePort, get, HoldingProxy, TestRedis, waitFor } from './support.ts';
+import { freePort, get, HoldingProxy, TestRedis, waitFor, waitForStatus } from './support.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rollcall-ops-readyz';
@@ -67,35 +67,17 @@ test('a leading watcher whose informers have not synced is not ready, and says w
 
 test('once the informers have synced and Redis answers, it is ready', async () => {
   proxy.release();
-  const res = await waitFor(
-    async () => {
-      const r = await get(readyz);
-      return r?.status === 200 ? r : undefined;
-    },
-    20_000,
-    '/readyz 200',
-  );
+  const res = await waitForStatus(readyz, 200, 20_000, '/readyz 200');
   assert.match(res.body, /informers synced/);
 });
 
 test('with Redis stopped it is not ready (and still alive); with Redis back, ready again', async () => {
   await redis.stop();
-  const down = await waitFor(
-    async () => {
-      const r = await get(readyz);
-      return r?.status === 503 ? r : undefined;
-    },
-    15_000,
-    '/readyz 503 without Redis',
-  );
+  const down = await waitForStatus(readyz, 503, 15_000, '/readyz 503 without Redis');
   assert.match(down.body, /Redis/);
   assert.equal((await get(readyz.replace('readyz', 'healthz')))?.status, 200);
   await redis.start();
-  await waitFor(
-    async () => (await get(readyz))?.status === 200,
-    30_000,
-    '/readyz 200 once Redis is back',
-  );
+  await waitForStatus(readyz, 200, 30_000, '/readyz 200 once Redis is back');
 });
 
 test('SIGTERM: rollcall run exits 0, promptly', async () => {

@@ -15,7 +15,7 @@ import {
   testDb,
   type RollcallProcess,
 } from '../../support/rollcall.ts';
-import { freePort, get, waitFor } from './support.ts';
+import { freePort, get, waitForStatus } from './support.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rollcall-ops-standby';
@@ -46,14 +46,7 @@ test('a watcher that cannot reach the apiserver is not ready, says why, stays al
     { db: testDb(), env: { KUBECONFIG: kubeconfig } },
   );
   const readyz = `http://127.0.0.1:${port}/readyz`;
-  const res = await waitFor(
-    async () => {
-      const r = await get(readyz);
-      return r?.status === 503 ? r : undefined;
-    },
-    20_000,
-    '/readyz 503 from the cut-off watcher',
-  );
+  const res = await waitForStatus(readyz, 503, 20_000, '/readyz 503 from the cut-off watcher');
   assert.match(res.body, /standby watcher cannot check the leader Lease: .*ECONNREFUSED/);
   assert.match(res.body, new RegExp(namespace), 'names the Lease it could not read');
   assert.equal((await get(readyz.replace('readyz', 'healthz')))?.status, 200);
@@ -66,13 +59,6 @@ test('a watcher that cannot reach the apiserver is not ready, says why, stays al
     upstream.on('error', () => client.destroy());
   });
   await new Promise<void>((r) => bridge!.listen(cutOffPort, '127.0.0.1', r));
-  const back = await waitFor(
-    async () => {
-      const r = await get(readyz);
-      return r?.status === 200 ? r : undefined;
-    },
-    30_000,
-    '/readyz 200 once the apiserver answers',
-  );
+  const back = await waitForStatus(readyz, 200, 30_000, '/readyz 200 once the apiserver answers');
   assert.match(back.body, /leading watcher: informers synced/);
 });

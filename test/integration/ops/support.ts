@@ -93,6 +93,9 @@ export class HoldingProxy {
         await kc.applyToHTTPSOptions(opts);
         const upstream = httpsRequest(opts, (up) => {
           res.writeHead(up.statusCode ?? 502, up.headers);
+          // Now, not with the first body chunk: a quiet watch would otherwise leave the client
+          // waiting for headers, unable to abort it (client-node's Watch takes no signal).
+          res.flushHeaders();
           up.pipe(res);
         });
         upstream.on('error', () => res.destroy());
@@ -171,3 +174,14 @@ export async function get(
     return undefined;
   }
 }
+
+/** Polls GET url until it answers `status`; resolves to that response. */
+export const waitForStatus = (url: string, status: number, timeoutMs: number, what: string) =>
+  waitFor(
+    async () => {
+      const r = await get(url);
+      return r?.status === status ? r : undefined;
+    },
+    timeoutMs,
+    what,
+  );
