@@ -225,17 +225,41 @@ interface Subject {
   start(): Promise<Started>;
 }
 
+/** A rollcall process through the counting proxy, stopped at teardown if still running. */
+async function startRole(
+  name: string,
+  role: 'run' | 'watcher' | 'worker',
+  redisUrl: string,
+  extra: string[] = [],
+): Promise<Proc> {
+  const p = await startRollcall(name, role, {
+    namespace,
+    redisUrl,
+    kubeconfig: proxy.kubeconfig,
+    extra,
+  });
+  running.add(p);
+  return p;
+}
+
+/** Workers `<prefix>0…` on one Redis database. */
+async function startWorkers(
+  prefix: string,
+  count: number,
+  redisUrl: string,
+  extra: string[] = [],
+): Promise<Proc[]> {
+  const workers: Proc[] = [];
+  for (let i = 0; i < count; i++)
+    workers.push(await startRole(`${prefix}${i}`, 'worker', redisUrl, extra));
+  return workers;
+}
+
 let db = 0;
 const rollcallSubject = (name: string, extra: string[]): Subject => ({
   name,
   async start() {
-    const p = await startRollcall(name, 'run', {
-      namespace,
-      redisUrl: `${redis.url}/${++db}`,
-      kubeconfig: proxy.kubeconfig,
-      extra: ['--install-crds', ...extra],
-    });
-    running.add(p);
+    const p = await startRole(name, 'run', `${redis.url}/${++db}`, ['--install-crds', ...extra]);
     await waitHttpOk(p.port, '/readyz');
     return {
       procs: [p],
@@ -604,24 +628,8 @@ try {
   let mdb = 10;
   const startPair = async (workers: number, extra: string[] = []) => {
     const redisUrl = `${redis.url}/${++mdb}`;
-    const watcher = await startRollcall('watcher', 'watcher', {
-      namespace,
-      redisUrl,
-      kubeconfig: proxy.kubeconfig,
-    });
-    running.add(watcher);
-    const ws: Proc[] = [];
-    for (let i = 0; i < workers; i++) {
-      const w = await startRollcall(`worker-${i}`, 'worker', {
-        namespace,
-        redisUrl,
-        kubeconfig: proxy.kubeconfig,
-        extra,
-      });
-      running.add(w);
-      ws.push(w);
-    }
-    return { watcher, workers: ws };
+    const watcher = await startRole('watcher', 'watcher', redisUrl);
+    return { watcher, workers: await startWorkers('worker-', workers, redisUrl, extra) };
   };
   const stopAll = async (procs: Proc[]) => {
     for (const p of procs) {
@@ -716,24 +724,10 @@ try {
   const scale: { workers: number; runs: number; seconds: number; runsPerSecond: number }[] = [];
   for (const k of [1, 2, 4]) {
     const redisUrl = `${redis.url}/${++mdb}`;
-    const watcher = await startRollcall('watcher-scale', 'watcher', {
-      namespace,
-      redisUrl,
-      kubeconfig: proxy.kubeconfig,
-    });
-    running.add(watcher);
+    const watcher = await startRole('watcher-scale', 'watcher', redisUrl);
     await waitHttpOk(watcher.port, '/readyz', 300_000);
     const queued = await metric(watcher.port, 'rollcall_queue_depth', { state: 'waiting' });
-    const ws: Proc[] = [];
-    for (let i = 0; i < k; i++) {
-      const w = await startRollcall(`worker-scale-${i}`, 'worker', {
-        namespace,
-        redisUrl,
-        kubeconfig: proxy.kubeconfig,
-      });
-      running.add(w);
-      ws.push(w);
-    }
+    const ws = await startWorkers('worker-scale-', k, redisUrl);
     const runsOf = async () =>
       (
         await Promise.all(ws.map((w) => metric(w.port, 'rollcall_queue_runs_total').catch(() => 0)))

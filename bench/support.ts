@@ -2,13 +2,13 @@
 // run as the image runs them, their /metrics and RSS, and a watch that records every Policy
 // status change. Nothing here asks the code under test about itself except /metrics.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer, request as httpRequest, type Server } from 'node:http';
-import { Agent, request as httpsRequest } from 'node:https';
+import { createWriteStream, mkdirSync, readFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { CustomObjectsApi, Watch, type KubeConfig } from '@kubernetes/client-node';
 import type { Policy } from '../api/v1alpha1.ts';
+import { startApiProxy, writeProxyKubeconfig, type ApiProxy } from '../cluster/api-proxy.ts';
 import { repoRoot } from '../cluster/paths.ts';
 import { freePort } from '../cluster/ports.ts';
 
@@ -50,57 +50,11 @@ export const diffCounts = (a: ApiCounts, b: ApiCounts): ApiCounts => ({
 export class CountingProxy {
   counts = zeroCounts();
   kubeconfig = '';
-  private server: Server | undefined;
+  private proxy: ApiProxy | undefined;
 
   async start(kc: KubeConfig, file: string): Promise<void> {
-    const target = new URL(kc.getCurrentCluster()!.server);
-    const token = kc.getCurrentUser()!.token!;
-    const caFile = kc.getCurrentCluster()!.caFile;
-    const caData = kc.getCurrentCluster()!.caData;
-    const ca = caFile ? readFileSync(caFile) : Buffer.from(caData ?? '', 'base64');
-    const agent = new Agent({ keepAlive: true, maxSockets: Infinity, ca });
-    this.server = createServer((req, res) => {
-      this.count(req.method ?? 'GET', req.url ?? '/');
-      const upstream = httpsRequest(
-        {
-          host: target.hostname,
-          port: target.port,
-          method: req.method,
-          path: req.url,
-          agent,
-          headers: { ...req.headers, host: target.host, authorization: `Bearer ${token}` },
-        },
-        (up) => {
-          res.writeHead(up.statusCode ?? 502, up.headers);
-          // Now, not with the first body chunk: a quiet watch would otherwise leave the client
-          // waiting for headers, unable to abort it (client-node's Watch takes no signal).
-          res.flushHeaders();
-          up.pipe(res);
-        },
-      );
-      upstream.on('error', () => res.destroy());
-      res.on('close', () => upstream.destroy());
-      req.pipe(upstream);
-    });
-    const port = await freePort();
-    await new Promise<void>((r) => this.server!.listen(port, '127.0.0.1', r));
-    writeFileSync(
-      file,
-      JSON.stringify({
-        apiVersion: 'v1',
-        kind: 'Config',
-        clusters: [
-          {
-            name: 'proxy',
-            cluster: { server: `http://127.0.0.1:${port}`, 'insecure-skip-tls-verify': true },
-          },
-        ],
-        users: [{ name: 'proxy', user: {} }],
-        contexts: [{ name: 'proxy', context: { cluster: 'proxy', user: 'proxy' } }],
-        'current-context': 'proxy',
-      }),
-    );
-    this.kubeconfig = file;
+    this.proxy = await startApiProxy(kc, (req) => this.count(req.method ?? 'GET', req.url ?? '/'));
+    this.kubeconfig = writeProxyKubeconfig(this.proxy.url, file);
   }
 
   private count(method: string, url: string): void {
@@ -122,8 +76,7 @@ export class CountingProxy {
   }
 
   close(): void {
-    this.server?.closeAllConnections();
-    this.server?.close();
+    void this.proxy?.close();
   }
 }
 

@@ -11,6 +11,7 @@ import { ensureBinaries, kubernetesVersion, type Binaries } from './build.ts';
 import { localDir } from './paths.ts';
 import { ensurePki, tokenFor, type Pki } from './pki.ts';
 import { freePort } from './ports.ts';
+import { processAlive } from './process.ts';
 
 type Log = (line: string) => void;
 
@@ -52,22 +53,12 @@ export function readState(dir = localDir): ClusterState | undefined {
   }
 }
 
-function alive(pid: number | undefined): boolean {
-  if (!pid) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** Starts the cluster and returns its state; on a running, healthy cluster it only returns the state. */
 export async function up(dir = localDir, log: Log = console.error): Promise<ClusterState> {
   const existing = readState(dir);
   if (
     existing &&
-    components.every((c) => alive(existing.pids[c])) &&
+    components.every((c) => processAlive(existing.pids[c])) &&
     (await apiserverReady(existing))
   ) {
     log(`cluster already running: ${existing.server} (kubeconfig ${existing.kubeconfig})`);
@@ -208,12 +199,12 @@ export async function down(dir = localDir, log: Log = console.error): Promise<vo
   const pids = [...components]
     .reverse()
     .map((c) => state.pids[c])
-    .filter((p): p is number => alive(p));
+    .filter((p): p is number => processAlive(p));
   for (const pid of pids) signal(pid, 'SIGTERM');
   const deadline = Date.now() + 10_000;
-  while (pids.some(alive) && Date.now() < deadline) await sleep(100);
-  for (const pid of pids.filter(alive)) signal(pid, 'SIGKILL');
-  while (pids.some(alive)) await sleep(50);
+  while (pids.some(processAlive) && Date.now() < deadline) await sleep(100);
+  for (const pid of pids.filter(processAlive)) signal(pid, 'SIGKILL');
+  while (pids.some(processAlive)) await sleep(50);
   rmSync(stateFile(dir), { force: true });
   rmSync(join(dir, 'etcd'), { recursive: true, force: true });
   log(`cluster stopped (${pids.length} processes)`);
@@ -233,7 +224,7 @@ export async function status(dir = localDir): Promise<ClusterStatus> {
   const list = components.map((name) => ({
     name,
     pid: state.pids[name],
-    alive: alive(state.pids[name]),
+    alive: processAlive(state.pids[name]),
   }));
   return {
     running: list.some((c) => c.alive),
@@ -396,7 +387,7 @@ async function waitFor(
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (await check()) return;
-    const dead = components.find((c) => state.pids[c] && !alive(state.pids[c]));
+    const dead = components.find((c) => state.pids[c] && !processAlive(state.pids[c]));
     if (dead)
       throw new Error(
         `${dead} exited while waiting for ${what}; see ${join(state.dir, 'logs', `${dead}.log`)}`,

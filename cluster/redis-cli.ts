@@ -4,6 +4,7 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { defaultRedisDir, ping, startDetachedRedis } from './redis.ts';
+import { processAlive } from './process.ts';
 
 interface State {
   pid: number;
@@ -23,18 +24,9 @@ function readState(): State | undefined {
   }
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 async function running(): Promise<State | undefined> {
   const state = readState();
-  return state && alive(state.pid) && (await ping(state.port)) ? state : undefined;
+  return state && processAlive(state.pid) && (await ping(state.port)) ? state : undefined;
 }
 
 async function up(): Promise<void> {
@@ -50,11 +42,12 @@ async function up(): Promise<void> {
 
 async function down(): Promise<void> {
   const state = readState();
-  if (state && alive(state.pid)) {
+  if (state && processAlive(state.pid)) {
     process.kill(state.pid, 'SIGTERM');
     const deadline = Date.now() + 5000;
-    while (alive(state.pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    if (alive(state.pid)) process.kill(state.pid, 'SIGKILL');
+    while (processAlive(state.pid) && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+    if (processAlive(state.pid)) process.kill(state.pid, 'SIGKILL');
   }
   rmSync(stateFile, { force: true });
   console.log('redis stopped');

@@ -1,17 +1,12 @@
 // Helpers for the ops tests: free ports, a Redis the test may stop, an apiserver proxy that
 // can hold back one kind of request, and polling an HTTP endpoint.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import {
-  createServer as createHttpServer,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
-import { request as httpsRequest, type RequestOptions } from 'node:https';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeConfig } from '@kubernetes/client-node';
+import { startApiProxy, writeProxyKubeconfig, type ApiProxy } from '../../../cluster/api-proxy.ts';
+import { redisServerArgs } from '../../../cluster/redis.ts';
 
 export async function freePort(): Promise<number> {
   const server = createNetServer();
@@ -32,20 +27,8 @@ export class TestRedis {
     return `redis://127.0.0.1:${this.port}`;
   }
   async start(): Promise<void> {
-    this.child = spawn(
-      'redis-server',
-      [
-        '--port',
-        String(this.port),
-        '--save',
-        '',
-        '--appendonly',
-        'no',
-        '--maxmemory-policy',
-        'noeviction',
-      ],
-      { stdio: 'ignore' },
-    );
+    // Persists nothing (rollcall's private-instance flags), so the directory stays empty.
+    this.child = spawn('redis-server', redisServerArgs(this.port, tmpdir()), { stdio: 'ignore' });
     await waitFor(
       async () => {
         const { connect } = await import('node:net');
@@ -68,72 +51,27 @@ export class TestRedis {
 }
 
 /**
- * A plain-HTTP proxy to the cluster's apiserver (adding the test's credentials) that holds
- * back list requests of one path until released: an informer that cannot finish its list.
+ * A proxy to the cluster's apiserver (cluster/api-proxy.ts) that holds back list requests of
+ * one path until released: an informer that cannot finish its list.
  */
 export class HoldingProxy {
-  private readonly server: Server;
   private released = false;
   private readonly waiting: (() => void)[] = [];
-
-  private constructor(kc: KubeConfig, heldPath: string) {
-    const target = new URL(kc.getCurrentCluster()!.server);
-    this.server = createHttpServer((req: IncomingMessage, res: ServerResponse) => {
-      const url = new URL(req.url ?? '/', 'http://proxy');
-      const held =
-        !this.released && url.pathname === heldPath && url.searchParams.get('watch') !== 'true';
-      const forward = async () => {
-        const opts: RequestOptions = {
-          hostname: target.hostname,
-          port: target.port,
-          path: req.url,
-          method: req.method,
-          headers: { ...req.headers, host: target.host },
-        };
-        await kc.applyToHTTPSOptions(opts);
-        const upstream = httpsRequest(opts, (up) => {
-          res.writeHead(up.statusCode ?? 502, up.headers);
-          // Now, not with the first body chunk: a quiet watch would otherwise leave the client
-          // waiting for headers, unable to abort it (client-node's Watch takes no signal).
-          res.flushHeaders();
-          up.pipe(res);
-        });
-        upstream.on('error', () => res.destroy());
-        res.on('close', () => upstream.destroy());
-        req.pipe(upstream);
-      };
-      if (held) this.waiting.push(() => void forward());
-      else void forward();
-    });
-  }
+  private proxy!: ApiProxy;
 
   static async start(kc: KubeConfig, heldPath: string): Promise<HoldingProxy> {
-    const proxy = new HoldingProxy(kc, heldPath);
-    await new Promise<void>((r) => proxy.server.listen(0, '127.0.0.1', r));
-    return proxy;
+    const holding = new HoldingProxy();
+    holding.proxy = await startApiProxy(kc, (req) => {
+      const url = new URL(req.url ?? '/', 'http://proxy');
+      const held =
+        !holding.released && url.pathname === heldPath && url.searchParams.get('watch') !== 'true';
+      if (held) return new Promise<void>((resolve) => holding.waiting.push(resolve));
+    });
+    return holding;
   }
 
-  get url(): string {
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
-  }
-
-  /** Writes a kubeconfig that talks to the proxy (which adds the real credentials); client-node
-   * only allows plain http with skip-verify set, though there is no TLS to verify. */
   writeKubeconfig(path: string): string {
-    writeFileSync(
-      path,
-      JSON.stringify({
-        apiVersion: 'v1',
-        kind: 'Config',
-        clusters: [
-          { name: 'proxy', cluster: { server: this.url, 'insecure-skip-tls-verify': true } },
-        ],
-        users: [{ name: 'proxy', user: {} }],
-        contexts: [{ name: 'proxy', context: { cluster: 'proxy', user: 'proxy' } }],
-        'current-context': 'proxy',
-      }),
-    );
-    return path;
+    return writeProxyKubeconfig(this.proxy.url, path);
   }
 
   release(): void {
@@ -142,8 +80,7 @@ export class HoldingProxy {
   }
 
   close(): Promise<void> {
-    this.server.closeAllConnections();
-    return new Promise((r) => this.server.close(() => r()));
+    return this.proxy.close();
   }
 }
 

@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { apiserverReady, type ClusterState } from '../../../cluster/cluster.ts';
 import { freePort } from '../../../cluster/ports.ts';
 import { ensureRedisServer, redisServerArgs, waitForPing } from '../../../cluster/redis.ts';
+import { processAlive } from '../../../cluster/process.ts';
 
 /** A redis-server only this test uses, on a fixed port so clients reconnect to the restarted one. */
 export class PrivateRedis {
@@ -69,7 +70,7 @@ export async function restartApiserver(
     .filter((a) => a !== '');
   const [binary, ...rest] = args;
   process.kill(pid, 'SIGTERM');
-  while (alive(pid)) await sleep(50);
+  while (processAlive(pid)) await sleep(50);
   await whileDown();
   const log = openSync(join(state.dir, 'logs', 'kube-apiserver.log'), 'a');
   const child = spawn(binary!, rest, { detached: true, stdio: ['ignore', log, log] });
@@ -81,15 +82,6 @@ export async function restartApiserver(
   writeFileSync(stateFile, JSON.stringify(saved, null, 2));
   state.pids['kube-apiserver'] = child.pid;
   await waitReady(state);
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** etcd's current revision and a compaction to it: every older resourceVersion now answers 410 Gone. */

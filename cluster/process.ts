@@ -1,0 +1,10 @@
+/** True while a process with this pid exists (signal 0 checks without signalling). */
+export function processAlive(pid: number | undefined): boolean {
+  if (!pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
