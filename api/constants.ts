@@ -2,15 +2,19 @@
 
 export const GROUP = 'rollcall.dev';
 export const VERSION = 'v1alpha1';
-export const API_VERSION = `${GROUP}/${VERSION}`;
+export const API_VERSION = `${GROUP}/${VERSION}` as const;
 
 /** Field manager for every server-side apply rollcall performs. */
 export const FIELD_MANAGER = 'rollcall';
 
 /** Each policy-server pod publishes its replica report in this annotation. */
 export const REPORT_ANNOTATION = 'rollcall.dev/policies';
-/** Reports larger than this (in UTF-8 bytes) are rejected unread. */
-export const REPORT_MAX_BYTES = 64 * 1024;
+/**
+ * Reports larger than this (in UTF-8 bytes) are rejected unread. Report v2's uid costs ~45
+ * bytes an entry, so 64 KiB would cap a server near 600 policies; 192 KiB holds ~1,800 and
+ * leaves 64 KiB of the apiserver's 256 KiB for the pod's other annotations.
+ */
+export const REPORT_MAX_BYTES = 192 * 1024;
 /** Longest `message` a replica may put in one report entry. */
 export const REPORT_MESSAGE_MAX_CHARS = 1024;
 
@@ -24,5 +28,40 @@ export const MANAGED_BY = 'rollcall';
 /** Annotation on a webhook configuration: the Policy generation its rules come from. */
 export const SERVED_GENERATION_ANNOTATION = 'rollcall.dev/served-generation';
 
+/** Annotation on a policy-server Deployment: the hash of the manifest rollcall last applied. */
+export const APPLIED_HASH_ANNOTATION = 'rollcall.dev/applied-hash';
+
 /** At most this many per-replica failures are kept in a Policy's status. */
 export const MAX_REPORTED_FAILURES = 10;
+
+/** rollcall's own image; a PolicyServer without spec.image runs it as `rollcall policy-server`. */
+export const DEFAULT_POLICY_SERVER_IMAGE = 'rollcall:0.1.0';
+/** Where a policy-server pod mounts its serving certificate Secret (tls.crt, tls.key, ca.crt). */
+export const POLICY_SERVER_TLS_DIR = '/var/run/rollcall/tls';
+
+/** PolicyRevisions carry the Policy's name in this label (and POLICY_SERVER_LABEL). */
+export const REVISION_LABEL_POLICY = POLICY_LABEL;
+/** How many PolicyRevisions of one Policy are kept, besides the one its webhook serves. */
+export const REVISIONS_KEPT = 3;
+
+/** The PolicyRevision recording `policy` at `generation`. */
+export function revisionName(policy: string, generation: number): string {
+  return `${policy}-${generation}`;
+}
+
+/** The ValidatingWebhookConfiguration of a Policy. */
+export function webhookConfigurationName(policy: string): string {
+  return `rollcall-${policy}`;
+}
+
+/** The policy server's admission path for one generation of one Policy. */
+export function webhookPath(policy: string, generation: number): string {
+  return `/validate/${policy}/${generation}`;
+}
+
+/** The inverse of webhookPath; undefined for any other path. */
+export function parseWebhookPath(path: string): { policy: string; generation: number } | undefined {
+  const match = /^\/validate\/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)\/([1-9][0-9]{0,15})$/.exec(path);
+  if (!match) return undefined;
+  return { policy: match[1]!, generation: Number(match[3]) };
+}

@@ -75,6 +75,27 @@ export interface Deployment {
   };
 }
 
+/** Any object as a watch or a list delivers it; client-node's KubernetesObject is assignable. */
+export interface KubeObject {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: ObjectMeta;
+  spec?: unknown;
+  status?: unknown;
+  webhooks?: unknown;
+}
+
+/**
+ * A ValidatingWebhookConfiguration as the cores read it: its metadata, and its webhooks only
+ * to compare with the desired ones. client-node's type is assignable.
+ */
+export interface ExistingWebhook {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: ObjectMeta;
+  webhooks?: unknown;
+}
+
 /** The controller owner reference of an object, if it has one. */
 export function controllerOf(meta: ObjectMeta | undefined): OwnerReference | undefined {
   return meta?.ownerReferences?.find((ref) => ref.controller === true);

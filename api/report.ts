@@ -5,10 +5,13 @@
  * entry) rejects the entire report, and `readReplicaReport` never throws.
  */
 import { z } from 'zod';
-import { REPORT_MAX_BYTES, REPORT_MESSAGE_MAX_CHARS } from './constants.ts';
+import { REPORT_ANNOTATION, REPORT_MAX_BYTES, REPORT_MESSAGE_MAX_CHARS } from './constants.ts';
+import type { Pod } from './kube.ts';
 
 export const reportEntrySchema = z
   .strictObject({
+    /** The Policy's metadata.uid: entries about a deleted namesake of the Policy never count. */
+    uid: z.string().min(1).max(128),
     generation: z.int().min(1),
     state: z.enum(['Loading', 'Loaded', 'Failed']),
     message: z.string().max(REPORT_MESSAGE_MAX_CHARS).optional(),
@@ -64,6 +67,36 @@ export function readReplicaReport(annotation: string | undefined): ReportReading
   if (!parsed.success)
     return { kind: 'invalid', reason: `report has wrong types: ${formatIssues(parsed.error)}` };
   return { kind: 'valid', report: parsed.data };
+}
+
+/**
+ * What one pod's report says about one Policy: the policy core's input per pod. A rejected
+ * report rejects every entry (`invalid`); a valid report without this Policy has no `entry`.
+ */
+export type PolicyReport =
+  | { kind: 'absent' }
+  | { kind: 'invalid'; reason: string }
+  | { kind: 'valid'; entry: ReportEntry | undefined };
+
+/** The part of a reading about `policy`. */
+export function policyReport(reading: ReportReading, policy: string): PolicyReport {
+  if (reading.kind !== 'valid') return reading;
+  // hasOwn: a policy named "constructor" must not find Object.prototype's.
+  const entry = Object.hasOwn(reading.report, policy) ? reading.report[policy] : undefined;
+  return { kind: 'valid', entry };
+}
+
+/**
+ * What each pod's annotation says about `policy`, by pod name: the policy core's `reports`
+ * from full pods (rollcall's workers read them pre-read from the projections instead).
+ */
+export function reportsFromPods(pods: readonly Pod[], policy: string): Map<string, PolicyReport> {
+  return new Map(
+    pods.map((pod) => [
+      pod.metadata?.name ?? '',
+      policyReport(readReplicaReport(pod.metadata?.annotations?.[REPORT_ANNOTATION]), policy),
+    ]),
+  );
 }
 
 function formatIssues(error: z.ZodError): string {

@@ -8,9 +8,14 @@
  * schemas before handing them to a core.
  */
 import { z } from 'zod';
+import { API_VERSION } from './constants.ts';
 
 const int32 = z.int().min(0).max(2147483647);
 const generation = z.int().min(0);
+/** A CEL expression, at most as long as ValidatingAdmissionPolicy allows. */
+const celExpression = z.string().min(1).max(5120);
+/** A name of at most 63 characters, in the form `pattern` gives. */
+const shortName = (pattern: RegExp) => z.string().min(1).max(63).regex(pattern);
 
 /** metav1.Condition, as rollcall writes it. */
 export const conditionSchema = z.object({
@@ -39,6 +44,15 @@ export const objectMetaSchema = z.looseObject({
   annotations: z.record(z.string(), z.string()).optional(),
 });
 
+/** A rollcall.dev/v1alpha1 object of `kind` with `spec`. */
+const apiObjectSchema = <Kind extends string, Spec extends z.ZodType>(kind: Kind, spec: Spec) =>
+  z.object({
+    apiVersion: z.literal(API_VERSION),
+    kind: z.literal(kind),
+    metadata: objectMetaSchema,
+    spec,
+  });
+
 export const labelSelectorRequirementSchema = z.object({
   key: z.string().min(1),
   operator: z.enum(['In', 'NotIn', 'Exists', 'DoesNotExist']),
@@ -62,9 +76,58 @@ export type Rule = z.output<typeof ruleSchema>;
 
 // ---------------------------------------------------------------- Policy
 
-export const policySpecSchema = z.object({
+/** One CEL check, as in ValidatingAdmissionPolicy: the request is denied when it is false. */
+export const validationSchema = z.object({
+  expression: celExpression,
+  message: z.string().max(1024).optional(),
+  /** A CEL expression that builds the message; a failure or empty result falls back to `message`. */
+  messageExpression: z.string().max(5120).optional(),
+  reason: z.enum(['Unauthorized', 'Forbidden', 'Invalid', 'RequestEntityTooLarge']).optional(),
+});
+export type Validation = z.output<typeof validationSchema>;
+
+/** A named CEL expression, visible to later variables and to validations as `variables.<name>`. */
+export const variableSchema = z.object({
+  name: shortName(/^[A-Za-z_][A-Za-z0-9_]*$/),
+  expression: celExpression,
+});
+export type Variable = z.output<typeof variableSchema>;
+
+/** A CEL filter: the policy applies only to requests for which every condition is true. */
+export const matchConditionSchema = z.object({
+  /** A qualified name, as in ValidatingAdmissionPolicy (`not-system`, `exclude.leases`). */
+  name: shortName(/^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/),
+  expression: celExpression,
+});
+export type MatchCondition = z.output<typeof matchConditionSchema>;
+
+/** Policy code fetched over HTTP(S): a YAML or JSON `{validations, variables?, matchConditions?}`. */
+export const policySourceSchema = z.object({
+  url: z
+    .string()
+    .max(2048)
+    .regex(/^https?:\/\/.+/),
+  /** Hex SHA-256 of the document's bytes; a download with another digest fails to load. */
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+});
+export type PolicySource = z.output<typeof policySourceSchema>;
+
+/** Where a Policy's code comes from; exactly one is set. */
+export const POLICY_CODE_FIELDS = ['module', 'validations', 'source'] as const;
+
+/**
+ * The Policy spec's fields, without the cross-field rule (zod cannot `.omit` a refined
+ * object; the drift test needs to). Parse with `policySpecSchema`.
+ */
+export const policySpecFieldsSchema = z.object({
   policyServer: z.string().min(1),
-  module: z.string().min(1),
+  /** Only for the simulator (`sim://...`). */
+  module: z.string().min(1).optional(),
+  validations: z.array(validationSchema).min(1).max(64).optional(),
+  variables: z.array(variableSchema).max(64).optional(),
+  matchConditions: z.array(matchConditionSchema).max(64).optional(),
+  source: policySourceSchema.optional(),
+  /** Free-form; CEL sees it as `params`. */
   settings: z.record(z.string(), z.unknown()).default({}),
   rules: z.array(ruleSchema).min(1),
   failurePolicy: z.enum(['Fail', 'Ignore']).default('Fail'),
@@ -72,6 +135,22 @@ export const policySpecSchema = z.object({
   objectSelector: labelSelectorSchema.optional(),
   timeoutSeconds: z.int().min(1).max(30).default(10),
   mode: z.enum(['protect', 'monitor']).default('protect'),
+});
+
+/** The messages match the CRD's x-kubernetes-validations, so both say the same thing. */
+export const POLICY_CODE_MESSAGE = 'set exactly one of module, validations or source';
+export const POLICY_INLINE_ONLY_MESSAGE =
+  'variables and matchConditions go with validations (a source document brings its own)';
+
+export const policySpecSchema = policySpecFieldsSchema.superRefine((spec, ctx) => {
+  const set = POLICY_CODE_FIELDS.filter((field) => spec[field] !== undefined);
+  if (set.length !== 1) ctx.addIssue({ code: 'custom', message: POLICY_CODE_MESSAGE });
+  if (
+    spec.validations === undefined &&
+    (spec.variables !== undefined || spec.matchConditions !== undefined)
+  ) {
+    ctx.addIssue({ code: 'custom', message: POLICY_INLINE_ONLY_MESSAGE });
+  }
 });
 export type PolicySpec = z.output<typeof policySpecSchema>;
 
@@ -85,30 +164,39 @@ export type ReplicaFailure = z.output<typeof replicaFailureSchema>;
 export const summarySchema = z.enum(['Ready', 'Reconciling', 'Stalled']);
 export type Summary = z.output<typeof summarySchema>;
 
-export const policyStatusSchema = z.object({
-  observedGeneration: generation.optional(),
-  /** The policy server's desired replicas. */
-  replicas: int32.optional(),
-  /** Ready, non-terminating, trusted pods that loaded the current generation. */
-  readyReplicas: int32.optional(),
+/**
+ * The status both kinds publish, aggregated the way a Deployment's is: the generation it
+ * describes, `readyReplicas` of `replicas`, the READY and STATUS printer columns and the
+ * conditions; `fields` are the kind's own.
+ */
+function replicaStatusSchema<Fields extends z.ZodRawShape>(fields: Fields) {
+  return z.object({
+    observedGeneration: generation.optional(),
+    replicas: int32.optional(),
+    readyReplicas: int32.optional(),
+    ready: z.string().optional(),
+    summary: summarySchema.optional(),
+    conditions: z.array(conditionSchema).optional(),
+    ...fields,
+  });
+}
+
+/**
+ * `replicas` is the policy server's desired replicas; `readyReplicas` the Ready,
+ * non-terminating, trusted pods that loaded the current generation; READY is
+ * `readyReplicas/replicas`.
+ */
+export const policyStatusSchema = replicaStatusSchema({
   /** Trusted, non-terminating pods whose load of the current generation failed. */
   failedReplicas: int32.optional(),
   /** At most 10 per-replica failures, sorted by pod name. */
   failures: z.array(replicaFailureSchema).max(10).optional(),
   /** The Policy generation whose rules the webhook currently enforces; absent: no webhook. */
   servedGeneration: generation.optional(),
-  /** `readyReplicas/replicas`, for the READY printer column. */
-  ready: z.string().optional(),
-  summary: summarySchema.optional(),
-  conditions: z.array(conditionSchema).optional(),
 });
 export type PolicyStatus = z.output<typeof policyStatusSchema>;
 
-export const policySchema = z.object({
-  apiVersion: z.literal('rollcall.dev/v1alpha1'),
-  kind: z.literal('Policy'),
-  metadata: objectMetaSchema,
-  spec: policySpecSchema,
+export const policySchema = apiObjectSchema('Policy', policySpecSchema).extend({
   status: policyStatusSchema.optional(),
 });
 export type Policy = z.output<typeof policySchema>;
@@ -143,7 +231,8 @@ export const resourceRequirementsSchema = z.object({
 export type ResourceRequirements = z.output<typeof resourceRequirementsSchema>;
 
 export const policyServerSpecSchema = z.object({
-  image: z.string().min(1),
+  /** Absent: rollcall's own image (DEFAULT_POLICY_SERVER_IMAGE) running `rollcall policy-server`. */
+  image: z.string().min(1).optional(),
   replicas: int32.default(1),
   serviceAccountName: z.string().optional(),
   /** Base64 PEM bundle of the CA that signed the policy server's serving certificate. */
@@ -158,24 +247,49 @@ export const policyServerSpecSchema = z.object({
 });
 export type PolicyServerSpec = z.output<typeof policyServerSpecSchema>;
 
-export const policyServerStatusSchema = z.object({
-  observedGeneration: generation.optional(),
-  replicas: int32.optional(),
-  readyReplicas: int32.optional(),
+/** The serving certificate the webhooks verify, as rollcall last read it. */
+export const policyServerCertificateSchema = z.object({
+  /** The Secret it is read from (rollcall's serving Secret, or spec.caSecretRef). */
+  secret: z.string(),
+  issuer: z.string(),
+  notBefore: z.string(),
+  notAfter: z.string(),
+  /** `rollcall` renews it; `external`: whoever writes the caSecretRef Secret must. */
+  renewedBy: z.enum(['rollcall', 'external']),
+  /** An external certificate in its last 30 days (a Warning Event was recorded). */
+  expiresSoon: z.boolean().optional(),
+});
+export type PolicyServerCertificate = z.output<typeof policyServerCertificateSchema>;
+
+/** The replica counts are its Deployment's; READY is `readyReplicas/spec.replicas`. */
+export const policyServerStatusSchema = replicaStatusSchema({
   updatedReplicas: int32.optional(),
   availableReplicas: int32.optional(),
-  /** `readyReplicas/spec.replicas`, for the READY printer column. */
-  ready: z.string().optional(),
-  summary: summarySchema.optional(),
-  conditions: z.array(conditionSchema).optional(),
+  certificate: policyServerCertificateSchema.optional(),
 });
 export type PolicyServerStatus = z.output<typeof policyServerStatusSchema>;
 
-export const policyServerSchema = z.object({
-  apiVersion: z.literal('rollcall.dev/v1alpha1'),
-  kind: z.literal('PolicyServer'),
-  metadata: objectMetaSchema,
-  spec: policyServerSpecSchema,
+export const policyServerSchema = apiObjectSchema('PolicyServer', policyServerSpecSchema).extend({
   status: policyServerStatusSchema.optional(),
 });
 export type PolicyServer = z.output<typeof policyServerSchema>;
+
+// ---------------------------------------------------------------- PolicyRevision
+
+/**
+ * A Policy's spec at one generation, recorded by the webhook function before the webhook
+ * serves that generation, so a policy-server replica can load the served generation even
+ * while the Policy's current one is broken. Named `<policy>-<generation>` (revisionName).
+ */
+export const policyRevisionSpecSchema = z.object({
+  policy: z.string().min(1),
+  /** The Policy's metadata.uid: a revision of a deleted namesake never loads. */
+  policyUID: z.string().min(1),
+  generation: z.int().min(1),
+  /** The Policy's spec at that generation; parse it with policySpecSchema before use. */
+  policySpec: z.record(z.string(), z.unknown()),
+});
+export type PolicyRevisionSpec = z.output<typeof policyRevisionSpecSchema>;
+
+export const policyRevisionSchema = apiObjectSchema('PolicyRevision', policyRevisionSpecSchema);
+export type PolicyRevision = z.output<typeof policyRevisionSchema>;

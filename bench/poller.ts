@@ -19,9 +19,11 @@ import {
 import type { Deployment, Pod, ReplicaSet } from '../api/kube.ts';
 import type { Policy, PolicyServer } from '../api/v1alpha1.ts';
 import { KubeWriter } from '../functions/kube-writer.ts';
+import { reportsFromPods } from '../api/report.ts';
 import { computePolicy } from '../functions/policy-core.ts';
 import { policyServerResourceName } from '../functions/policyserver-core.ts';
-import { servedGenerationOf, webhookConfigurationName } from '../functions/webhook-core.ts';
+import { webhookConfigurationName } from '../api/constants.ts';
+import { servedGenerationOf } from '../functions/webhook-core.ts';
 import { pool, sleep } from './support.ts';
 
 const namespace = process.argv[2] ?? 'rollcall-bench';
@@ -73,6 +75,8 @@ async function pass(): Promise<void> {
       deployment: deploymentByName.get(policyServerResourceName(server)),
       replicaSets: replicaSets.items as ReplicaSet[],
       pods: podsByServer.get(server) ?? [],
+      // Every report read again for every Policy, as the core read them before the projections did.
+      reports: reportsFromPods(podsByServer.get(server) ?? [], policy.metadata.name),
       servedGeneration: servedGenerationOf(
         webhookByName.get(webhookConfigurationName(policy.metadata.name)),
         policy,

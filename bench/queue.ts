@@ -14,16 +14,7 @@ const concurrency = 8;
 const jobMs = 5;
 const inFlight = 64;
 
-interface Result {
-  mode: string;
-  events: number;
-  enqueueSeconds: number;
-  runs: number;
-  totalSeconds: number;
-  coalescedAdds: number;
-}
-
-async function scenario(url: string, coalesce: boolean): Promise<Result> {
+async function scenario(url: string, coalesce: boolean) {
   const prefix = `bench-${randomUUID().slice(0, 8)}`;
   const queue = new WorkQueue({ connection: url, prefix, coalesce });
   let runs = 0;
@@ -73,6 +64,8 @@ async function scenario(url: string, coalesce: boolean): Promise<Result> {
     coalescedAdds,
   };
 }
+
+type Result = Awaited<ReturnType<typeof scenario>>;
 
 function print(results: Result[]): void {
   const rows = results.map((r) => ({

@@ -1,93 +1,55 @@
-// `npm run soak -- --minutes N`: random operations mixed with faults (a worker SIGKILLed, a
-// watcher — maybe the leader — SIGKILLed, Redis emptied) for N minutes; then the end state
-// must equal the model. Uses the cluster and Redis in KUBECONFIG / REDIS_URL when set (as in
-// `npm test`), otherwise starts its own and stops them afterwards. REL_SEED replays a run.
+// `npm run soak -- --minutes N`: the soak (bench/soak-scenario.ts) for N minutes, minutes
+// may be a fraction (0.5). Uses the cluster and Redis in KUBECONFIG / REDIS_URL when set (as in
+// `npm test`), otherwise starts its own in .rollcall/soak and stops them afterwards.
+// REL_SEED replays a run.
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { Redis } from 'ioredis';
 import { down, up } from '../cluster/cluster.ts';
 import { repoRoot } from '../cluster/paths.ts';
 import { startRedis } from '../cluster/redis.ts';
-import { installCrds } from '../roles/install-crds.ts';
-import { testKubeConfig } from '../test/support/kube.ts';
-import { deleteRollcallObjects, testDb } from '../test/support/rollcall.ts';
-import { Processes, Scenario, seedFromEnv } from '../test/integration/reliability/driver.ts';
+import {
+  ensureSystemPackages,
+  localClusterNeeds,
+  MissingSystemPackageError,
+} from '../cluster/system-packages.ts';
 
 const log = (line: string) => console.error(`[soak] ${line}`);
-
-/** Runs the soak against the cluster in KUBECONFIG and REDIS_URL; throws with the diff on a mismatch. */
-export async function soak(minutes: number, seed = seedFromEnv()): Promise<void> {
-  const kc = testKubeConfig();
-  const namespace = 'rel-soak';
-  await installCrds(kc, { info: () => {} });
-  const redis = new Redis(`${process.env.REDIS_URL}/${testDb()}`);
-  const procs = new Processes(namespace);
-  const s = new Scenario(kc, namespace, seed);
-  log(`seed ${seed}, ${minutes} min`);
-  try {
-    const lock = ['--job-lock-ms', '2000'];
-    let watchers = [procs.watcher('soak-a'), procs.watcher('soak-b')];
-    let workers = [procs.worker(lock), procs.worker(lock)];
-    procs.sim();
-    await s.setup(3);
-    const end = Date.now() + minutes * 60_000;
-    let round = 0;
-    while (Date.now() < end) {
-      await s.storm(8, 100);
-      const fault = s.random();
-      if (fault < 0.33) {
-        log('fault: SIGKILL a worker, start a new one');
-        const [victim, ...rest] = workers;
-        await victim!.kill();
-        workers = [...rest, procs.worker(lock)];
-      } else if (fault < 0.66) {
-        log('fault: SIGKILL a watcher (maybe the leader), start a new standby');
-        const [victim, ...rest] = watchers;
-        await victim!.kill();
-        watchers = [...rest, procs.watcher(`soak-${round}`)];
-      } else {
-        log('fault: Redis emptied (as if restarted empty)');
-        await redis.flushdb();
-      }
-      round++;
-      await sleep(1000);
-    }
-    log(`${s.log.length} operations in ${round} rounds; waiting for convergence`);
-    await s.converge(90_000);
-    log('converged: the cluster matches the model');
-  } finally {
-    redis.disconnect();
-    await procs.stopAll();
-    await deleteRollcallObjects(kc);
-  }
+const { values } = parseArgs({ options: { minutes: { type: 'string', default: '5' } } });
+const minutes = Number(values.minutes);
+if (!(minutes > 0)) {
+  console.error(`--minutes takes a positive number, got ${JSON.stringify(values.minutes)}`);
+  process.exit(2);
 }
-
-if (import.meta.main) {
-  const { values } = parseArgs({ options: { minutes: { type: 'string', default: '5' } } });
-  const minutes = Number(values.minutes);
-  const own = !process.env.KUBECONFIG;
-  const dir = join(repoRoot, '.rollcall', 'soak');
-  let stopRedis = async () => {};
-  if (own) {
-    const [cluster, redis] = await Promise.all([
-      up(dir, log),
-      startRedis({ log, dir: join(dir, 'redis') }),
-    ]);
-    Object.assign(process.env, {
-      KUBECONFIG: cluster.kubeconfig,
-      ROLLCALL_LOCAL_DIR: dir,
-      REDIS_URL: redis.url,
-    });
-    stopRedis = redis.stop;
-  }
-  let code = 0;
+const own = !process.env.KUBECONFIG;
+const dir = join(repoRoot, '.rollcall', 'soak');
+let stopRedis = async () => {};
+if (own) {
   try {
-    await soak(minutes);
+    ensureSystemPackages(localClusterNeeds, log);
   } catch (err) {
-    console.error(err instanceof Error ? err.message : err);
-    code = 1;
+    if (!(err instanceof MissingSystemPackageError)) throw err;
+    log(err.message);
+    process.exit(1);
   }
-  if (own) await Promise.all([down(dir, log), stopRedis()]);
-  process.exit(code);
+  const [cluster, redis] = await Promise.all([
+    up(dir, log),
+    startRedis({ log, dir: join(dir, 'redis') }),
+  ]);
+  Object.assign(process.env, {
+    KUBECONFIG: cluster.kubeconfig,
+    ROLLCALL_LOCAL_DIR: dir,
+    REDIS_URL: redis.url,
+  });
+  stopRedis = redis.stop;
 }
+let code = 0;
+try {
+  // Imported only now: the test support it uses reads the environment set above at import.
+  const { soak } = await import('./soak-scenario.ts');
+  await soak(minutes);
+} catch (err) {
+  console.error(err instanceof Error ? err.message : err);
+  code = 1;
+}
+if (own) await Promise.all([down(dir, log), stopRedis()]);
+process.exit(code);

@@ -7,6 +7,7 @@ import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { CustomObjectsApi, Watch, type KubeConfig } from '@kubernetes/client-node';
+import { parseAllDocuments } from 'yaml';
 import type { Policy } from '../api/v1alpha1.ts';
 import { startApiProxy, writeProxyKubeconfig, type ApiProxy } from '../cluster/api-proxy.ts';
 import { repoRoot } from '../cluster/paths.ts';
@@ -25,22 +26,24 @@ export interface ApiCounts {
   /** POST of Events. */
   events: number;
   otherWrites: number;
+  /** Time from request to response end at the proxy (the apiserver's part of a write), summed. */
+  policyStatusWriteMs: number;
+  eventMs: number;
 }
 
-export const zeroCounts = (): ApiCounts => ({
+const zeroCounts = (): ApiCounts => ({
   reads: 0,
   watches: 0,
   policyStatusWrites: 0,
   events: 0,
   otherWrites: 0,
+  policyStatusWriteMs: 0,
+  eventMs: 0,
 });
-export const diffCounts = (a: ApiCounts, b: ApiCounts): ApiCounts => ({
-  reads: b.reads - a.reads,
-  watches: b.watches - a.watches,
-  policyStatusWrites: b.policyStatusWrites - a.policyStatusWrites,
-  events: b.events - a.events,
-  otherWrites: b.otherWrites - a.otherWrites,
-});
+export const diffCounts = (a: ApiCounts, b: ApiCounts): ApiCounts =>
+  Object.fromEntries(
+    Object.entries(b).map(([k, v]) => [k, v - a[k as keyof ApiCounts]]),
+  ) as unknown as ApiCounts;
 
 /**
  * A plain-HTTP proxy on loopback that forwards to the apiserver with the admin token and
@@ -53,11 +56,17 @@ export class CountingProxy {
   private proxy: ApiProxy | undefined;
 
   async start(kc: KubeConfig, file: string): Promise<void> {
-    this.proxy = await startApiProxy(kc, (req) => this.count(req.method ?? 'GET', req.url ?? '/'));
+    this.proxy = await startApiProxy(kc, (req, res) => {
+      const timed = this.count(req.method ?? 'GET', req.url ?? '/');
+      if (!timed) return;
+      const t0 = performance.now();
+      res.once('finish', () => (this.counts[timed] += performance.now() - t0));
+    });
     this.kubeconfig = writeProxyKubeconfig(this.proxy.url, file);
   }
 
-  private count(method: string, url: string): void {
+  /** Counts a request; returns the sum its time goes to, for the writes that are timed. */
+  private count(method: string, url: string): 'policyStatusWriteMs' | 'eventMs' | undefined {
     const path = url.split('?')[0] ?? '';
     if (method === 'GET') {
       if (/[?&]watch=(true|1)/.test(url)) this.counts.watches++;
@@ -65,10 +74,14 @@ export class CountingProxy {
     } else if (
       /^\/apis\/rollcall\.dev\/v1alpha1\/policies\/[^/]+\/status$/.test(path) &&
       (method === 'PATCH' || method === 'PUT')
-    )
+    ) {
       this.counts.policyStatusWrites++;
-    else if (method === 'POST' && /\/events$/.test(path)) this.counts.events++;
-    else this.counts.otherWrites++;
+      return 'policyStatusWriteMs';
+    } else if (method === 'POST' && /\/events$/.test(path)) {
+      this.counts.events++;
+      return 'eventMs';
+    } else this.counts.otherWrites++;
+    return undefined;
   }
 
   snapshot(): ApiCounts {
@@ -88,9 +101,19 @@ export interface Proc {
 }
 
 /** Runs a node script (rollcall's CLI or a bench-local one) with output in .rollcall/bench/logs. */
-export async function startProcess(
+export function startProcess(
   name: string,
   script: string,
+  args: string[],
+  env: Record<string, string>,
+): Promise<Proc> {
+  return startCommand(name, process.execPath, [join(repoRoot, script), ...args], env);
+}
+
+/** Runs a program; `$PORT` in its arguments becomes the free port the Proc reports. */
+export async function startCommand(
+  name: string,
+  command: string,
   args: string[],
   env: Record<string, string>,
 ): Promise<Proc> {
@@ -98,8 +121,8 @@ export async function startProcess(
   const log = createWriteStream(join(benchDir, 'logs', `${name}.log`), { flags: 'a' });
   const port = await freePort();
   const child = spawn(
-    process.execPath,
-    [join(repoRoot, script), ...args.map((a) => (a === '$PORT' ? String(port) : a))],
+    command,
+    args.map((a) => a.replaceAll('$PORT', String(port))),
     {
       cwd: repoRoot,
       env: { ...process.env, LOG_LEVEL: 'warn', ...env },
@@ -122,7 +145,21 @@ export async function startProcess(
   };
 }
 
-/** `rollcall <role>` exactly as the image runs it, against the proxy's kubeconfig. */
+/** NODE_OPTIONS of a role's container in deploy/ (the watcher's, or the worker's for `run`). */
+export function deployedNodeOptions(role: string): string {
+  const file = join(repoRoot, 'deploy', role === 'watcher' ? 'watcher.yaml' : 'worker.yaml');
+  const docs = parseAllDocuments(readFileSync(file, 'utf8')).map((d) => d.toJS() as DeployedRole);
+  const deployment = docs.find((d) => d.kind === 'Deployment');
+  const env = deployment?.spec.template.spec.containers[0]?.env;
+  return env?.find((e) => e.name === 'NODE_OPTIONS')?.value ?? '';
+}
+
+interface DeployedRole {
+  kind: string;
+  spec: { template: { spec: { containers: { env?: { name: string; value?: string }[] }[] } } };
+}
+
+/** `rollcall <role>` exactly as the image runs it (its NODE_OPTIONS too), against the proxy's kubeconfig. */
 export function startRollcall(
   name: string,
   role: string,
@@ -138,7 +175,12 @@ export function startRollcall(
     '$PORT',
     ...(opts.extra ?? []),
   ];
-  return startProcess(name, 'cli/rollcall.ts', args, { KUBECONFIG: opts.kubeconfig });
+  // BENCH_NODE_OPTIONS adds to the manifests' options, e.g. `--cpu-prof --cpu-prof-dir=DIR`.
+  const nodeOptions = [deployedNodeOptions(role), process.env['BENCH_NODE_OPTIONS'] ?? ''];
+  return startProcess(name, 'cli/rollcall.ts', args, {
+    KUBECONFIG: opts.kubeconfig,
+    NODE_OPTIONS: nodeOptions.join(' ').trim(),
+  });
 }
 
 export async function httpGet(
@@ -170,27 +212,8 @@ export async function waitHttpOk(port: number, path: string, timeoutMs = 60_000)
   throw new Error(`127.0.0.1:${port}${path} not ready after ${timeoutMs} ms`);
 }
 
-/** Sum of a Prometheus metric's samples whose labels contain every `match` pair. */
-export async function metric(
-  port: number,
-  name: string,
-  match: Record<string, string> = {},
-): Promise<number> {
-  const { body } = await httpGet(port, '/metrics');
-  let sum = 0;
-  for (const line of body.split('\n')) {
-    if (!line.startsWith(name)) continue;
-    const m = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const labels = m[2] ?? '';
-    if (Object.entries(match).every(([k, v]) => labels.includes(`${k}="${v}"`)))
-      sum += Number(m[3]);
-  }
-  return sum;
-}
-
 /** Resident set size of a process, in MiB, from /proc. */
-export function rssMiB(pid: number | undefined): number {
+function rssMiB(pid: number | undefined): number {
   if (!pid) return 0;
   try {
     const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
@@ -198,6 +221,26 @@ export function rssMiB(pid: number | undefined): number {
   } catch {
     return 0;
   }
+}
+
+/**
+ * CPU time (user + system) some processes have used so far, in seconds, from /proc: on a
+ * shared machine a steadier figure of a subject's own cost than wall-clock time.
+ */
+export function cpuSeconds(pids: readonly (number | undefined)[]): number {
+  let ticks = 0;
+  for (const pid of pids) {
+    if (!pid) continue;
+    try {
+      // Fields after the command name (which may hold spaces): utime and stime are 14 and 15.
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // the process is gone: it used nothing more
+    }
+  }
+  return ticks / 100; // USER_HZ, 100 on Linux
 }
 
 /** Samples the peak RSS of some processes until stopped. */

@@ -5,8 +5,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { text } from 'node:stream/consumers';
-import { runDemo } from './demo.ts';
-import { runInstallCrds, runSim, serveRoles } from './serve.ts';
+import type { Role } from '../roles/roles.ts';
 import { runStatus, type StatusIo } from './status.ts';
 
 interface Command {
@@ -14,20 +13,53 @@ interface Command {
   run(argv: readonly string[], io: StatusIo): Promise<number>;
 }
 
+// Every command but `status` loads its module on use: a policy-server process must not pay
+// for BullMQ, Bull Board and the reconcile functions, nor any role for the demo's cluster tooling.
+const serve = () => import('./serve.ts');
+const roles =
+  (names: readonly Role[]): Command['run'] =>
+  async (argv, io) =>
+    (await serve()).serveRoles(names)(argv, io);
+
 const COMMANDS: Record<string, Command> = {
   status: { summary: 'print the kstatus of objects in YAML/JSON files', run: runStatus },
   run: {
     summary: 'run watcher, workers and the HTTP server in one process',
-    run: serveRoles(['watcher', 'worker']),
+    run: roles(['watcher', 'worker']),
   },
   watcher: {
     summary: 'watch the cluster and enqueue keys (leader-elected)',
-    run: serveRoles(['watcher']),
+    run: roles(['watcher']),
   },
-  worker: { summary: 'process keys with the reconcile functions', run: serveRoles(['worker']) },
-  sim: { summary: 'simulated policy servers for the local cluster (dev tooling)', run: runSim },
-  'install-crds': { summary: "apply rollcall's CRDs to the cluster", run: runInstallCrds },
-  demo: { summary: 'walk through rollcall on the local cluster', run: runDemo },
+  worker: { summary: 'process keys with the reconcile functions', run: roles(['worker']) },
+  sim: {
+    summary: 'simulated policy servers for the local cluster (dev tooling)',
+    run: async (argv, io) => (await serve()).runSim(argv, io),
+  },
+  'install-crds': {
+    summary: "apply rollcall's CRDs to the cluster",
+    run: async (argv, io) => (await serve()).runInstallCrds(argv, io),
+  },
+  demo: {
+    summary: 'walk through rollcall on the local cluster',
+    run: async (argv, io) => {
+      const demo = await import('./demo.ts').catch((err: unknown) => {
+        // The image leaves out the cluster tooling the demo drives (.dockerignore).
+        if ((err as { code?: string }).code === 'ERR_MODULE_NOT_FOUND') return undefined;
+        throw err;
+      });
+      if (demo) return demo.runDemo(argv, io);
+      io.stderr(
+        'rollcall demo runs from a checkout of the repository (npm run demo), not from the image\n',
+      );
+      return 2;
+    },
+  },
+  'policy-server': {
+    summary:
+      'serve the CEL admission policies of one PolicyServer (rollcall’s policy-server image)',
+    run: async (argv, io) => (await import('../policy-server/main.ts')).run(argv, io),
+  },
 };
 
 export function usage(): string {

@@ -2,7 +2,7 @@
 // credentials. Tests and the bench point a process at it (through the kubeconfig it writes)
 // to see or hold back that process's API requests from outside the process.
 import { writeFileSync } from 'node:fs';
-import { createServer, type IncomingMessage } from 'node:http';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { Agent, request as httpsRequest, type RequestOptions } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -13,12 +13,13 @@ export interface ApiProxy {
 }
 
 /**
- * Starts the proxy. `intercept` sees each request first; the request is forwarded once it
- * returns (or its promise settles), so it can count requests or hold them back.
+ * Starts the proxy. `intercept` sees each request (and its response, to time it) first; the
+ * request is forwarded once it returns (or its promise settles), so it can count requests or
+ * hold them back.
  */
 export async function startApiProxy(
   kc: KubeConfig,
-  intercept: (req: IncomingMessage) => void | Promise<void> = () => {},
+  intercept: (req: IncomingMessage, res: ServerResponse) => void | Promise<void> = () => {},
 ): Promise<ApiProxy> {
   const target = new URL(kc.getCurrentCluster()!.server);
   const credentials: RequestOptions = {};
@@ -27,7 +28,7 @@ export async function startApiProxy(
   // One keep-alive pool for every forwarded request, as a client under load would have.
   const agent = new Agent({ keepAlive: true, maxSockets: Infinity, ca, cert, key });
   const server = createServer((req, res) => {
-    void Promise.resolve(intercept(req)).then(() => {
+    void Promise.resolve(intercept(req, res)).then(() => {
       const upstream = httpsRequest(
         {
           hostname: target.hostname,

@@ -9,6 +9,8 @@ import { cacheDir, repoRoot } from './paths.ts';
 
 export const kubernetesVersion = 'v1.37.2';
 export const kwokVersion = 'v0.8.0';
+/** Helm, for the chart's tests (charts/rollcall); from its module like kwok. */
+export const helmVersion = 'v3.22.0';
 
 const goModuleDir = join(repoRoot, 'cluster', 'go');
 
@@ -22,7 +24,7 @@ export interface Binaries {
 
 type Log = (line: string) => void;
 
-function goVersion(): string {
+export function goVersion(): string {
   const go = spawnSync('go', ['env', 'GOVERSION'], { encoding: 'utf8' });
   if (go.error || go.status !== 0) {
     throw new Error(
@@ -92,6 +94,38 @@ export async function ensureBinaries(log: Log = console.error): Promise<Binaries
   return { kube, kwok, kwokStageDir: join(kwokModuleDir(), 'kustomize', 'stage') };
 }
 
+/** Returns the cached helm binary, building it first (a few minutes cold on 2 cores). */
+export async function ensureHelm(log: Log = console.error): Promise<string> {
+  const go = goVersion();
+  // The Kubernetes version `helm template` and `helm lint` assume without a cluster: Helm's own
+  // Makefile sets it from its client-go (v0.37 for helm 3.22); here, the local cluster's.
+  const [major, minor] = kubernetesVersion.slice(1).split('.');
+  const ldflags = [
+    '-s -w',
+    `-X helm.sh/helm/v3/internal/version.version=${helmVersion}`,
+    ...['pkg/lint/rules', 'pkg/chartutil'].flatMap((pkg) => [
+      `-X helm.sh/helm/v3/${pkg}.k8sVersionMajor=${major}`,
+      `-X helm.sh/helm/v3/${pkg}.k8sVersionMinor=${minor}`,
+    ]),
+  ].join(' ');
+  const key = createHash('sha256').update(go).update(ldflags).digest('hex').slice(0, 12);
+  const outDir = join(cacheDir, 'bin', `helm-${helmVersion}-${key}`);
+  const helm = join(outDir, 'helm');
+  if (existsSync(helm)) return helm;
+  log(`building helm ${helmVersion} with ${go}`);
+  const gobin = join(outDir, 'gobin');
+  await goBuild(
+    ['install', '-trimpath', '-ldflags', ldflags, `helm.sh/helm/v3/cmd/helm@${helmVersion}`],
+    repoRoot,
+    'helm',
+    log,
+    { GOBIN: gobin },
+  );
+  renameSync(join(gobin, 'helm'), helm);
+  rmSync(gobin, { recursive: true, force: true });
+  return helm;
+}
+
 function kwokModuleDir(): string {
   const out = spawnSync('go', ['mod', 'download', '-json', `sigs.k8s.io/kwok@${kwokVersion}`], {
     encoding: 'utf8',
@@ -103,7 +137,7 @@ function kwokModuleDir(): string {
 }
 
 /** Runs a go build, printing how many packages are done every 15 s so a long build shows life. */
-function goBuild(
+export function goBuild(
   args: string[],
   cwd: string,
   what: string,
@@ -139,4 +173,12 @@ function goBuild(
       } else reject(new Error(`building ${what} failed (go exited ${code}):\n${tail}`));
     });
   });
+}
+
+// `npm run helm -- <args>`: the cached helm, built first when missing
+// (e.g. `npm run helm -- lint charts/rollcall`).
+if (import.meta.main) {
+  const helm = await ensureHelm();
+  const run = spawnSync(helm, process.argv.slice(2), { stdio: 'inherit' });
+  process.exitCode = run.status ?? 1;
 }

@@ -7,7 +7,8 @@ const usage = `usage: npm run cluster -- <command>
 
   up       build (or reuse) the binaries and start the local cluster; a no-op when it runs
   down     stop every process of the cluster and remove its data
-  status   show the components, their pids and whether the apiserver is ready
+  status   show the components, their pids, whether the apiserver is ready and the node
+           agent's pod processes
   build    only build (or reuse) the binaries
   kubectl  run the built kubectl against the cluster (also: npm run kubectl -- <args>)`;
 
@@ -33,6 +34,10 @@ async function main(argv: string[]): Promise<number> {
       for (const c of s.components)
         console.log(
           `  ${c.name.padEnd(24)} pid ${String(c.pid ?? '-').padEnd(8)} ${c.alive ? 'running' : 'STOPPED'}`,
+        );
+      if (s.nodeAgent)
+        console.log(
+          `node agent: CONNECT proxy ${s.nodeAgent.proxySocket}, ${s.nodeAgent.pods} pod processes (${s.nodeAgent.ready} ready)`,
         );
       return s.healthy ? 0 : 1;
     }

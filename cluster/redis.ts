@@ -3,10 +3,11 @@
 // that rollcall cannot rebuild from the cluster (see DESIGN.md).
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, mkdirSync, openSync, closeSync } from 'node:fs';
+import { mkdirSync, openSync, closeSync } from 'node:fs';
 import { createConnection } from 'node:net';
-import { delimiter, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { freePort } from './ports.ts';
+import { ensureSystemPackages } from './system-packages.ts';
 
 export interface StartRedisOptions {
   /** Working directory of the private redis-server. Default: `.rollcall/local/redis`. */
@@ -76,70 +77,20 @@ export async function startRedis(opts: StartRedisOptions = {}): Promise<RunningR
 
 /**
  * Returns the path of redis-server, installing Debian's package first when it is missing
- * and we are root (CI, fresh dev machines). Without root it fails with how to install it.
+ * and we are root (CI, fresh dev machines). Without root it fails with how to install it
+ * (or point REDIS_URL at a Redis 7 with maxmemory-policy noeviction).
  */
 export async function ensureRedisServer(log: (line: string) => void = () => {}): Promise<string> {
-  const found = findRedisServer();
-  if (found) return found;
-  if (process.getuid?.() !== 0) {
-    throw new Error(
-      'redis-server is not installed. Install it (Debian/Ubuntu: `sudo apt-get install -y redis-server`, ' +
-        'macOS: `brew install redis`) or point REDIS_URL at a Redis 7 with maxmemory-policy noeviction.',
-    );
-  }
-  log('redis-server not found: installing Debian package redis-server');
-  await run('apt-get', ['update'], log);
-  await run('apt-get', ['install', '-y', 'redis-server'], log, {
-    DEBIAN_FRONTEND: 'noninteractive',
-  });
-  const installed = findRedisServer();
-  if (!installed) throw new Error('apt-get installed redis-server but it is not on PATH');
-  return installed;
+  return ensureRedisCommand('redis-server', 'Redis for the queue and projections', log);
 }
 
-function findRedisServer(): string | undefined {
-  const dirs = [
-    ...(process.env.PATH ?? '').split(delimiter),
-    '/usr/bin',
-    '/usr/sbin',
-    '/usr/local/bin',
-  ];
-  for (const dir of dirs) {
-    if (!dir) continue;
-    const candidate = join(dir, 'redis-server');
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // not here
-    }
-  }
-  return undefined;
+/** The same for redis-sentinel (Debian's package of that name), for the Sentinel tests. */
+export async function ensureRedisSentinel(log: (line: string) => void = () => {}): Promise<string> {
+  return ensureRedisCommand('redis-sentinel', 'the Sentinel tests', log);
 }
 
-function run(
-  cmd: string,
-  args: string[],
-  log: (line: string) => void,
-  env: Record<string, string> = {},
-): Promise<void> {
-  return new Promise((resolvePromise, reject) => {
-    const child = spawn(cmd, args, {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, ...env },
-    });
-    const forward = (chunk: Buffer) => {
-      for (const line of chunk.toString().split('\n')) if (line.trim()) log(`${cmd}: ${line}`);
-    };
-    child.stdout.on('data', forward);
-    child.stderr.on('data', forward);
-    child.on('error', reject);
-    child.on('exit', (code) =>
-      code === 0
-        ? resolvePromise()
-        : reject(new Error(`${cmd} ${args.join(' ')} exited with ${code}`)),
-    );
-  });
+function ensureRedisCommand(command: string, neededBy: string, log: (line: string) => void) {
+  return ensureSystemPackages([{ command, debianPackage: command, neededBy }], log).get(command)!;
 }
 
 /** Resolves once `PING` answers `+PONG`; rejects when the child exits or after the timeout. */
@@ -175,7 +126,7 @@ export function ping(port: number): Promise<boolean> {
   });
 }
 
-function stopChild(child: ChildProcess): Promise<void> {
+export function stopChild(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolvePromise) => {
     const force = setTimeout(() => child.kill('SIGKILL'), 5000);

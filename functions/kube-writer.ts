@@ -1,9 +1,11 @@
-// Every write rollcall makes to the Kubernetes API, behind the shared write rate limit.
+// Every write rollcall makes to the Kubernetes API, behind the shared write gate. Secrets
+// (managed TLS) are read and written here with the API, never projected into Redis.
 // Errors are thrown as client-node raises them; the queue turns 409 into an immediate
 // re-run, 429 into a re-run after Retry-After, and the rest into per-key backoff.
 import { randomBytes } from 'node:crypto';
 import {
   AdmissionregistrationV1Api,
+  CoreV1Api,
   CustomObjectsApi,
   EventsV1Api,
   KubernetesObjectApi,
@@ -12,8 +14,20 @@ import {
   V1MicroTime,
   type KubeConfig,
   type KubernetesObject,
+  type V1Secret,
 } from '@kubernetes/client-node';
-import { FIELD_MANAGER, GROUP, VERSION } from '../api/constants.ts';
+import {
+  API_VERSION,
+  FIELD_MANAGER,
+  GROUP,
+  REVISION_LABEL_POLICY,
+  VERSION,
+} from '../api/constants.ts';
+import { policyRevisionSchema, type PolicyRevision } from '../api/v1alpha1.ts';
+import { statusCodeOf } from '../kube/errors.ts';
+
+/** Where PolicyRevisions live, for the custom-objects API. */
+const REVISIONS = { group: GROUP, version: VERSION, plural: 'policyrevisions' } as const;
 
 /** Counts API requests by verb and HTTP code (for /metrics). */
 export type RequestRecorder = (verb: string, code: number) => void;
@@ -32,11 +46,6 @@ export interface EventToWrite {
   note: string;
 }
 
-const codeOf = (err: unknown): number => {
-  const code = (err as { code?: unknown }).code;
-  return typeof code === 'number' ? code : 0;
-};
-
 export class KubeWriter {
   private readonly custom: CustomObjectsApi;
   private readonly objects: KubernetesObjectApi;
@@ -47,6 +56,7 @@ export class KubeWriter {
   /** Where Events about cluster-scoped objects go, as client-go's recorder does. */
   private readonly eventNamespace = 'default';
   private readonly instance: string;
+  private readonly core: CoreV1Api;
 
   constructor(
     kc: KubeConfig,
@@ -61,6 +71,7 @@ export class KubeWriter {
     this.acquire = acquireWriteToken;
     this.record = record;
     this.instance = instance;
+    this.core = kc.makeApiClient(CoreV1Api);
   }
 
   private async write<T>(verb: string, call: () => Promise<T>): Promise<T> {
@@ -70,12 +81,11 @@ export class KubeWriter {
       this.record(verb, 200);
       return result;
     } catch (err) {
-      this.record(verb, codeOf(err));
+      this.record(verb, statusCodeOf(err) ?? 0);
       throw err;
     }
   }
 
-  /** Merge-patches the status subresource of a cluster-scoped rollcall object. */
   /**
    * Replaces the status of a cluster-scoped rollcall object with `status`. A merge patch keeps
    * fields it does not mention, so fields of `previous` that `status` lacks (another writer's,
@@ -109,7 +119,7 @@ export class KubeWriter {
       return true;
     } catch (err) {
       // Deleted since the projection was read: there is no status left to write.
-      if (codeOf(err) === 404) return false;
+      if (statusCodeOf(err) === 404) return false;
       throw err;
     }
   }
@@ -135,7 +145,7 @@ export class KubeWriter {
         this.admission.deleteValidatingWebhookConfiguration({ name }),
       );
     } catch (err) {
-      if (codeOf(err) !== 404) throw err;
+      if (statusCodeOf(err) !== 404) throw err;
     }
   }
 
@@ -164,5 +174,87 @@ export class KubeWriter {
         },
       }),
     );
+  }
+
+  // --- Secrets (managed TLS). Reads are not rate limited (they are not writes); private keys
+  // never leave the job that reads them.
+
+  /** A Secret, or undefined when it does not exist. */
+  async getSecret(namespace: string, name: string): Promise<V1Secret | undefined> {
+    try {
+      return await this.core.readNamespacedSecret({ namespace, name });
+    } catch (err) {
+      if (statusCodeOf(err) === 404) return undefined;
+      throw err;
+    }
+  }
+
+  /** Creates a Secret; throws 409 when it already exists. */
+  createSecret(namespace: string, secret: V1Secret): Promise<V1Secret> {
+    return this.write('create', () =>
+      this.core.createNamespacedSecret({ namespace, body: secret }),
+    );
+  }
+
+  /**
+   * Replaces a Secret. `secret.metadata.resourceVersion` makes it conditional: someone else's
+   * write in between gives 409 and the job runs again on fresh state.
+   */
+  replaceSecret(namespace: string, secret: V1Secret): Promise<V1Secret> {
+    const name = secret.metadata?.name ?? '';
+    return this.write('update', () =>
+      this.core.replaceNamespacedSecret({ namespace, name, body: secret }),
+    );
+  }
+
+  // --- PolicyRevisions (written by the webhook function before a webhook serves a generation).
+
+  /** Creates a PolicyRevision; false when one of that name already exists (409). */
+  async createRevision(revision: PolicyRevision): Promise<boolean> {
+    try {
+      await this.write('create', () =>
+        this.custom.createClusterCustomObject({ ...REVISIONS, body: revision }),
+      );
+      return true;
+    } catch (err) {
+      if (statusCodeOf(err) === 409) return false;
+      throw err;
+    }
+  }
+
+  /** The PolicyRevisions labelled for one Policy (any uid: a deleted namesake's too). */
+  async listRevisions(policy: string): Promise<PolicyRevision[]> {
+    let list: { items?: unknown[] };
+    try {
+      // A read: counted, but not rate limited like writes.
+      list = (await this.custom.listClusterCustomObject({
+        ...REVISIONS,
+        labelSelector: `${REVISION_LABEL_POLICY}=${policy}`,
+      })) as { items?: unknown[] };
+      this.record('list', 200);
+    } catch (err) {
+      this.record('list', statusCodeOf(err) ?? 0);
+      throw err;
+    }
+    // List items lack apiVersion and kind; an item that does not parse is not ours to judge.
+    return (list.items ?? []).flatMap((item) => {
+      const parsed = policyRevisionSchema.safeParse({
+        ...(item as object),
+        apiVersion: API_VERSION,
+        kind: 'PolicyRevision',
+      });
+      return parsed.success ? [parsed.data] : [];
+    });
+  }
+
+  /** Deletes a PolicyRevision; one that is already gone is fine. */
+  async deleteRevision(name: string): Promise<void> {
+    try {
+      await this.write('delete', () =>
+        this.custom.deleteClusterCustomObject({ ...REVISIONS, name }),
+      );
+    } catch (err) {
+      if (statusCodeOf(err) !== 404) throw err;
+    }
   }
 }

@@ -11,6 +11,9 @@
  * names its ReplicaSet, only the ReplicaSet names the Deployment.) Terminating pods
  * are ignored; pods that are not Ready never count as loaded.
  *
+ * A report entry counts only if its `uid` is the Policy's: an entry about a deleted Policy
+ * of the same name is "pending" whatever its generation and state.
+ *
  * Decision table (first match wins; "served" = the webhook's current generation):
  *
  * | situation                                           | readiness               | webhook              |
@@ -31,7 +34,7 @@ import {
   type Pod,
   type ReplicaSet,
 } from '../api/kube.ts';
-import { readReplicaReport } from '../api/report.ts';
+import type { PolicyReport } from '../api/report.ts';
 import type { Policy, PolicyServer, PolicyStatus, ReplicaFailure } from '../api/v1alpha1.ts';
 import { readinessOf, setReadiness, truncateUtf8, type Readiness } from '../kstatus/conditions.ts';
 import type { WebhookIntent } from './webhook-core.ts';
@@ -45,6 +48,12 @@ export interface PolicyCoreInput {
   replicaSets: readonly ReplicaSet[];
   /** Pods in that namespace labelled for the server (the label is checked again). */
   pods: readonly Pod[];
+  /**
+   * What each pod's report says about this Policy, by pod name (a pod missing here has not
+   * reported): read once per pod event by the watcher, not once per Policy and pod here.
+   * `reportsFromPods` reads them from full pods.
+   */
+  reports: ReadonlyMap<string, PolicyReport>;
   /** The generation the existing webhook serves for this Policy: `servedGenerationOf(webhook, policy)`. */
   servedGeneration: number | undefined;
   now: Date;
@@ -238,25 +247,39 @@ function liveReplicas(input: PolicyCoreInput, generation: number): Replica[] {
         !isTerminating(pod.metadata)
       );
     })
-    .map((pod) => ({
-      pod: pod.metadata?.name ?? '',
-      ready:
-        pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false,
-      state: replicaState(pod, input.policy.metadata.name, generation),
-    }));
+    .map((pod) => {
+      const name = pod.metadata?.name ?? '';
+      return {
+        pod: name,
+        ready:
+          pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false,
+        state: replicaState(input.reports.get(name), input.policy, generation),
+      };
+    });
 }
 
-function replicaState(pod: Pod, policyName: string, generation: number): ReplicaState {
-  const reading = readReplicaReport(pod.metadata?.annotations?.[REPORT_ANNOTATION]);
-  if (reading.kind === 'absent') return { kind: 'pending', detail: 'no report yet' };
-  if (reading.kind === 'invalid')
+function replicaState(
+  report: PolicyReport | undefined,
+  policy: Policy,
+  generation: number,
+): ReplicaState {
+  if (report === undefined || report.kind === 'absent')
+    return { kind: 'pending', detail: 'no report yet' };
+  if (report.kind === 'invalid')
     return {
       kind: 'failed',
-      message: `invalid ${REPORT_ANNOTATION} annotation: ${reading.reason}`,
+      message: `invalid ${REPORT_ANNOTATION} annotation: ${report.reason}`,
     };
-  // hasOwn: a policy named "constructor" must not find Object.prototype's.
-  const entry = Object.hasOwn(reading.report, policyName) ? reading.report[policyName] : undefined;
+  const entry = report.entry;
   if (entry === undefined) return { kind: 'pending', detail: 'policy not reported yet' };
+  // A Policy deleted and created again restarts at generation 1: only the uid tells the
+  // entries about its namesake apart, whatever they say (Failed included).
+  if (entry.uid !== policy.metadata.uid) {
+    return {
+      kind: 'pending',
+      detail: `reports an older Policy of the same name (uid ${entry.uid}, this one is ${policy.metadata.uid ?? 'unknown'})`,
+    };
+  }
   if (entry.generation !== generation) {
     return { kind: 'pending', detail: `reports generation ${entry.generation}, not ${generation}` };
   }

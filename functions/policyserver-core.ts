@@ -8,29 +8,43 @@
  * replicas excepted — we own replicas) are left alone. Owner references make the
  * Deployment and Service disappear with their PolicyServer.
  *
+ * A PolicyServer without `spec.image` runs rollcall's own image as `rollcall policy-server`,
+ * with its serving certificate Secret mounted at POLICY_SERVER_TLS_DIR and HTTPS probes; one
+ * with an image runs that image's own entrypoint, and rollcall mounts nothing into it.
+ *
  * Status follows kstatus' Deployment rules: Current → Ready; ProgressDeadlineExceeded
  * → Stalled; anything still converging → Reconciling, with kstatus' reason.
  */
 import type {
   V1Deployment,
   V1EnvVar,
+  V1ObjectMeta,
   V1ResourceRequirements,
   V1Service,
 } from '@kubernetes/client-node';
 import {
   API_VERSION,
+  DEFAULT_POLICY_SERVER_IMAGE,
   MANAGED_BY,
   MANAGED_BY_LABEL,
   POLICY_SERVER_LABEL,
+  POLICY_SERVER_TLS_DIR,
 } from '../api/constants.ts';
 import type { Deployment, OwnerReference } from '../api/kube.ts';
-import type { PolicyServer, PolicyServerStatus, ResourceRequirements } from '../api/v1alpha1.ts';
+import type {
+  PolicyServer,
+  PolicyServerCertificate,
+  PolicyServerStatus,
+  ResourceRequirements,
+} from '../api/v1alpha1.ts';
 import { computeStatus } from '../kstatus/compute.ts';
 import { setReadiness, toValidReason, type Readiness } from '../kstatus/conditions.ts';
 
 export interface PolicyServerOptions {
   /** rollcall's namespace, where every policy server's Deployment and Service live. */
   namespace: string;
+  /** The image of PolicyServers without spec.image. Default DEFAULT_POLICY_SERVER_IMAGE. */
+  policyServerImage?: string;
 }
 
 /** The port the policy-server container serves HTTPS on. */
@@ -39,6 +53,10 @@ export const POLICY_SERVER_CONTAINER_PORT = 8443;
 export const POLICY_SERVER_SERVICE_PORT = 443;
 /** The policy server answers 200 here once it can serve admission reviews. */
 export const POLICY_SERVER_READINESS_PATH = '/readyz';
+/** rollcall's policy server answers 200 here while its process is healthy. */
+export const POLICY_SERVER_LIVENESS_PATH = '/healthz';
+/** The pod volume holding the serving certificate Secret. */
+export const POLICY_SERVER_TLS_VOLUME = 'tls';
 export const POLICY_SERVER_CONTAINER = 'policy-server';
 
 /** Name of both the Deployment and the Service for a PolicyServer. */
@@ -56,7 +74,7 @@ export function policyServerLabels(serverName: string): Record<string, string> {
   };
 }
 
-export function ownerReferenceTo(server: PolicyServer): OwnerReference {
+function ownerReferenceTo(server: PolicyServer): OwnerReference {
   return {
     apiVersion: API_VERSION,
     kind: 'PolicyServer',
@@ -64,6 +82,45 @@ export function ownerReferenceTo(server: PolicyServer): OwnerReference {
     uid: server.metadata.uid ?? '',
     controller: true,
   };
+}
+
+/** The metadata of an object a PolicyServer owns: deleting the server deletes it. */
+export function ownedMetadata(
+  server: PolicyServer,
+  name: string,
+  namespace: string,
+  labels: Record<string, string>,
+): V1ObjectMeta {
+  return { name, namespace, labels, ownerReferences: [ownerReferenceTo(server)] };
+}
+
+/** The image the server's pods run: its own, or rollcall's. */
+export function policyServerImage(server: PolicyServer, options: PolicyServerOptions): string {
+  return server.spec.image ?? options.policyServerImage ?? DEFAULT_POLICY_SERVER_IMAGE;
+}
+
+/**
+ * The Secret mounted into pods of rollcall's image: the caSecretRef Secret when one is given
+ * (written by someone else, e.g. cert-manager), otherwise `policy-server-<name>-tls`, which
+ * rollcall issues when the server brings no CA (and which the operator provides along with
+ * spec.caBundle otherwise).
+ */
+export function tlsSecretNameOf(server: PolicyServer): string {
+  return server.spec.caSecretRef?.name ?? servingSecretName(server.metadata.name);
+}
+
+/** The serving certificate Secret rollcall issues for a PolicyServer that brings no CA. */
+export function servingSecretName(serverName: string): string {
+  return `${policyServerResourceName(serverName)}-tls`;
+}
+
+/** Arguments of rollcall's image; the node agent of the local cluster appends its own. */
+export function policyServerArgs(): string[] {
+  return [
+    'policy-server',
+    `--port=${POLICY_SERVER_CONTAINER_PORT}`,
+    `--tls-dir=${POLICY_SERVER_TLS_DIR}`,
+  ];
 }
 
 /** The downward-API environment every replica gets, after the user's own env. */
@@ -82,15 +139,13 @@ export function desiredDeployment(
   const name = server.metadata.name;
   const labels = policyServerLabels(name);
   const { spec } = server;
+  // rollcall's own image: its arguments, the certificate volume and both probes.
+  const own = spec.image === undefined;
+  const probe = (path: string) => ({ path, port: 'https', scheme: 'HTTPS' });
   return {
     apiVersion: 'apps/v1',
     kind: 'Deployment',
-    metadata: {
-      name: policyServerResourceName(name),
-      namespace: options.namespace,
-      labels,
-      ownerReferences: [ownerReferenceTo(server)],
-    },
+    metadata: ownedMetadata(server, policyServerResourceName(name), options.namespace, labels),
     spec: {
       replicas: spec.replicas,
       progressDeadlineSeconds: spec.progressDeadlineSeconds,
@@ -104,19 +159,47 @@ export function desiredDeployment(
           // Pod Security `restricted`, which rollcall's namespace enforces: the image must
           // run as a non-root user.
           securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
+          ...(own
+            ? {
+                volumes: [
+                  {
+                    name: POLICY_SERVER_TLS_VOLUME,
+                    secret: { secretName: tlsSecretNameOf(server) },
+                  },
+                ],
+              }
+            : {}),
           containers: [
             {
               name: POLICY_SERVER_CONTAINER,
-              image: spec.image,
+              image: policyServerImage(server, options),
+              ...(own ? { args: policyServerArgs() } : {}),
               ports: [
                 { name: 'https', containerPort: POLICY_SERVER_CONTAINER_PORT, protocol: 'TCP' },
               ],
               env: [...(spec.env ?? []), ...downwardEnv(name)],
               readinessProbe: {
-                httpGet: { path: POLICY_SERVER_READINESS_PATH, port: 'https', scheme: 'HTTPS' },
-                periodSeconds: 5,
+                httpGet: probe(POLICY_SERVER_READINESS_PATH),
+                // rollcall's server is Ready once its policies loaded: say so quickly.
+                periodSeconds: own ? 2 : 5,
                 failureThreshold: 3,
               },
+              ...(own
+                ? {
+                    livenessProbe: {
+                      httpGet: probe(POLICY_SERVER_LIVENESS_PATH),
+                      periodSeconds: 10,
+                      failureThreshold: 3,
+                    },
+                    volumeMounts: [
+                      {
+                        name: POLICY_SERVER_TLS_VOLUME,
+                        mountPath: POLICY_SERVER_TLS_DIR,
+                        readOnly: true,
+                      },
+                    ],
+                  }
+                : {}),
               securityContext: {
                 allowPrivilegeEscalation: false,
                 capabilities: { drop: ['ALL'] },
@@ -151,12 +234,12 @@ export function desiredService(server: PolicyServer, options: PolicyServerOption
   return {
     apiVersion: 'v1',
     kind: 'Service',
-    metadata: {
-      name: policyServerResourceName(name),
-      namespace: options.namespace,
-      labels: policyServerLabels(name),
-      ownerReferences: [ownerReferenceTo(server)],
-    },
+    metadata: ownedMetadata(
+      server,
+      policyServerResourceName(name),
+      options.namespace,
+      policyServerLabels(name),
+    ),
     spec: {
       selector: { [POLICY_SERVER_LABEL]: name },
       ports: [
@@ -170,6 +253,7 @@ export function desiredService(server: PolicyServer, options: PolicyServerOption
 function readinessFrom(
   server: PolicyServer,
   deployment: Deployment | undefined,
+  options: PolicyServerOptions,
   now: Date,
 ): Readiness {
   if (deployment === undefined) {
@@ -184,7 +268,7 @@ function readinessFrom(
   );
   if (
     deployment.spec?.replicas !== server.spec.replicas ||
-    container?.image !== server.spec.image
+    container?.image !== policyServerImage(server, options)
   ) {
     return {
       state: 'Reconciling',
@@ -221,13 +305,32 @@ function readinessFrom(
   }
 }
 
+/**
+ * What the policyserver function learned about the server's TLS: the serving certificate's
+ * facts for the status, or why its webhooks cannot trust it (then the server is Stalled,
+ * whatever its Deployment says: the operator must act, and no webhook gets that bundle).
+ */
+export interface TlsState {
+  certificate?: PolicyServerCertificate;
+  problem?: { reason: string; message: string };
+}
+
 /** The PolicyServer's status, from its Deployment; conditions keep their transition times. */
 export function computePolicyServerStatus(
   server: PolicyServer,
   deployment: Deployment | undefined,
   now: Date,
+  options: PolicyServerOptions = { namespace: '' },
+  tls: TlsState = {},
 ): PolicyServerStatus {
-  const readiness = readinessFrom(server, deployment, now);
+  const readiness: Readiness =
+    tls.problem === undefined
+      ? readinessFrom(server, deployment, options, now)
+      : {
+          state: 'Stalled',
+          reason: toValidReason(tls.problem.reason, 'TLSInvalid'),
+          message: tls.problem.message,
+        };
   const generation = server.metadata.generation;
   const counts = deployment?.status ?? {};
   const readyReplicas = counts.readyReplicas ?? 0;
@@ -240,6 +343,7 @@ export function computePolicyServerStatus(
     ready: `${readyReplicas}/${server.spec.replicas}`,
     summary: readiness.state,
     conditions: setReadiness(server.status?.conditions, readiness, generation, now),
+    ...(tls.certificate === undefined ? {} : { certificate: tls.certificate }),
   };
 }
 
@@ -255,10 +359,11 @@ export function planPolicyServer(
   deployment: Deployment | undefined,
   options: PolicyServerOptions,
   now: Date,
+  tls: TlsState = {},
 ): PolicyServerPlan {
   return {
     deployment: desiredDeployment(server, options),
     service: desiredService(server, options),
-    status: computePolicyServerStatus(server, deployment, now),
+    status: computePolicyServerStatus(server, deployment, now, options, tls),
   };
 }

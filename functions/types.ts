@@ -13,7 +13,9 @@ export type WatchedKind =
   | 'Deployment'
   | 'ReplicaSet'
   | 'Pod'
-  | 'ValidatingWebhookConfiguration';
+  | 'ValidatingWebhookConfiguration'
+  /** Secrets of rollcall's namespace, metadata only (never their data). */
+  | 'Secret';
 
 export interface WatchedObject {
   metadata?: { name?: string; labels?: Record<string, string> };
@@ -32,6 +34,8 @@ export interface WatchEvent {
 /** What the watcher knows that a key mapping may need: which Policies use a server. */
 export interface ClusterIndex {
   policiesOfServer(server: string): string[];
+  /** The PolicyServers whose TLS reads this Secret of rollcall's namespace. */
+  serversUsingSecret?(secret: string): string[];
 }
 
 /** Settings every function shares. */
@@ -42,7 +46,19 @@ export interface FunctionConfig {
   webhookUrl?: string;
   /** CA bundle (base64 PEM) for webhooks registered by URL. */
   webhookCaBundle?: string;
+  // Policy-server image and rollcall-managed TLS (defaults in functions/managed-tls.ts).
+  /** Image of PolicyServers without spec.image; default DEFAULT_POLICY_SERVER_IMAGE. */
+  policyServerImage?: string;
+  /** Validity of the webhook CA rollcall creates; default 5 years. */
+  caValidityMs?: number;
+  /** Validity of each serving certificate rollcall issues; default 1 year. */
+  servingCertValidityMs?: number;
+  /** Time for a new CA bundle or certificate to reach the API server and the pods; default 3 min. */
+  tlsPropagationDelayMs?: number;
 }
+
+/** Where a run spends its time (rollcall_function_stage_seconds, the bench's latency breakdown). */
+export type FunctionStage = 'read' | 'compute' | 'write';
 
 export interface FunctionContext extends HandlerContext {
   store: ProjectionStore;
@@ -50,6 +66,10 @@ export interface FunctionContext extends HandlerContext {
   config: FunctionConfig;
   now(): Date;
   log: Logger;
+  /** Enqueues keys in bulk (a fan-out: one round trip per few hundred keys). */
+  enqueue(keys: readonly string[]): Promise<void>;
+  /** Runs `fn` and records its time as that stage of this function's run. */
+  timed<T>(stage: FunctionStage, fn: () => T | Promise<T>): Promise<T>;
 }
 
 export interface ReconcileFunction {

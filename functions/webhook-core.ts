@@ -7,11 +7,17 @@
  * at the moment that generation is fully loaded (intent `serve`), and stamps it with
  * the annotation `rollcall.dev/served-generation`. While a newer generation is loading
  * or has failed, the intent is `keep`: the configuration is left exactly as it is, so
- * it goes on enforcing the old generation's rules — no copy of old specs is stored
- * anywhere. Trade-offs: if someone deletes the webhook while the policy is not Ready,
- * rollcall cannot rebuild the old rules and the policy is unenforced (fails open)
- * until the current generation loads; and a caBundle rotation reaches a kept webhook
- * only once its policy is Ready again.
+ * it goes on enforcing the old generation's rules (its PolicyRevision keeps the old spec
+ * for the policy servers, not for this core). Trade-offs: if someone deletes the webhook
+ * while the policy is not Ready, rollcall does not rebuild the old rules and the policy
+ * is unenforced (fails open) until the current generation loads. A kept webhook still follows
+ * its server's CA bundle (action `rebundle`: only clientConfig.caBundle changes), so a CA
+ * rotation never waits for a policy to become Ready again.
+ *
+ * The service path pins the served generation (`/validate/<policy>/<generation>`), so every
+ * policy-server replica answers with exactly the generation the webhook enforces, and the
+ * webhook function records that generation as a PolicyRevision before it writes the webhook
+ * (revision-core.ts), so a replica started later can still load it.
  *
  * Mode `monitor` registers the same webhook (the policy server only logs its verdicts
  * for monitor policies), but always with failurePolicy Ignore: a policy that may not
@@ -31,8 +37,10 @@ import {
   MANAGED_BY_LABEL,
   POLICY_LABEL,
   SERVED_GENERATION_ANNOTATION,
+  webhookConfigurationName,
+  webhookPath,
 } from '../api/constants.ts';
-import type { ObjectMeta } from '../api/kube.ts';
+import type { ExistingWebhook } from '../api/kube.ts';
 import type { LabelSelector, Policy, PolicyServer } from '../api/v1alpha1.ts';
 import { POLICY_SERVER_SERVICE_PORT, policyServerResourceName } from './policyserver-core.ts';
 
@@ -49,37 +57,30 @@ export interface WebhookOptions {
   /** rollcall's namespace: the policy servers' Services live here, and every webhook excludes it. */
   namespace: string;
   /**
-   * Out-of-cluster development: the API server calls `${url}/validate/<policy>`
+   * Out-of-cluster development: the API server calls `${url}/validate/<policy>/<generation>`
    * (e.g. `https://host.docker.internal:8443`) instead of the in-cluster Service.
    */
   url?: string;
-  /** A CA bundle the shell resolved from spec.caSecretRef; takes precedence over spec.caBundle. */
-  caBundle?: string;
 }
 
-/** The subset of a webhook configuration the core reads. client-node's type is assignable. */
-export interface ExistingWebhook {
-  metadata?: ObjectMeta;
-  webhooks?: unknown;
-}
+/**
+ * The CA bundle the API server trusts for a server's webhooks, as the shell resolved it
+ * (functions/webhook-ca.ts, or `--webhook-ca-file` in URL mode): a base64 PEM bundle, none
+ * (the API server's own trust roots), or why it cannot be had yet.
+ */
+export type WebhookCa = { caBundle?: string } | { blocked: string };
 
 export type WebhookPlan =
   | { action: 'create'; webhook: V1ValidatingWebhookConfiguration }
   | { action: 'update'; webhook: V1ValidatingWebhookConfiguration }
   | { action: 'keep' }
+  /** Intent `keep`, but the server's CA bundle changed: the same webhook, the new caBundle. */
+  | { action: 'rebundle'; webhook: V1ValidatingWebhookConfiguration }
   | { action: 'delete'; name: string }
   /** A webhook is wanted but cannot be written safely; `reason` says what the operator must do. */
   | { action: 'blocked'; reason: string };
 
 export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
-
-export function webhookConfigurationName(policyName: string): string {
-  return `rollcall-${policyName}`;
-}
-
-export function webhookPath(policyName: string): string {
-  return `/validate/${policyName}`;
-}
 
 /**
  * The generation an existing webhook serves *for this Policy*. A webhook left over
@@ -96,6 +97,20 @@ export function servedGenerationOf(
   const raw = existing.metadata?.annotations?.[SERVED_GENERATION_ANNOTATION];
   if (raw === undefined || !/^[0-9]+$/.test(raw)) return undefined;
   return Number(raw);
+}
+
+/**
+ * True when the webhook is not what `intent` asks for: it serves another generation than the
+ * one to serve, or exists while it should not. A kept webhook never lags (what it serves may
+ * only change with the readiness).
+ */
+export function webhookLags(
+  intent: WebhookIntent,
+  existing: ExistingWebhook | undefined,
+  policy: Policy,
+): boolean {
+  if (intent.kind === 'serve') return servedGenerationOf(existing, policy) !== intent.generation;
+  return intent.kind === 'absent' && existing !== undefined;
 }
 
 /** The policy's namespaceSelector, ANDed with "not rollcall's namespace". */
@@ -116,9 +131,9 @@ function clientConfig(
   policy: Policy,
   server: PolicyServer,
   options: WebhookOptions,
+  caBundle: string | undefined,
 ): AdmissionregistrationV1WebhookClientConfig {
-  const path = webhookPath(policy.metadata.name);
-  const caBundle = options.caBundle ?? server.spec.caBundle;
+  const path = webhookPath(policy.metadata.name, policy.metadata.generation ?? 0);
   const ca = caBundle === undefined ? {} : { caBundle };
   if (options.url !== undefined) return { url: `${options.url.replace(/\/+$/, '')}${path}`, ...ca };
   return {
@@ -133,13 +148,14 @@ function clientConfig(
 }
 
 /**
- * The webhook configuration enforcing the policy's current spec. Fields the API
- * server would default are set explicitly, so a re-read compares equal.
+ * The webhook configuration enforcing the policy's current spec, trusting `caBundle`. Fields
+ * the API server would default are set explicitly, so a re-read compares equal.
  */
 export function buildWebhookConfiguration(
   policy: Policy,
   server: PolicyServer,
   options: WebhookOptions,
+  caBundle?: string,
 ): V1ValidatingWebhookConfiguration {
   const name = policy.metadata.name;
   const { spec } = policy;
@@ -177,7 +193,7 @@ export function buildWebhookConfiguration(
         })),
         namespaceSelector: namespaceSelectorExcluding(spec.namespaceSelector, options.namespace),
         objectSelector: spec.objectSelector ?? {},
-        clientConfig: clientConfig(policy, server, options),
+        clientConfig: clientConfig(policy, server, options, caBundle),
       },
     ],
   };
@@ -191,6 +207,8 @@ export interface WebhookPlanInput {
   /** The webhook configuration named `rollcall-<policy>`, if it exists. */
   existing: ExistingWebhook | undefined;
   options: WebhookOptions;
+  /** The server's CA; intents `serve` and `keep` read it (the shell resolves it only then). */
+  ca?: WebhookCa;
 }
 
 /** Turns the Policy core's intent into one action on the webhook configuration. */
@@ -200,6 +218,7 @@ export function planWebhook({
   intent,
   existing,
   options,
+  ca = {},
 }: WebhookPlanInput): WebhookPlan {
   const managed = existing?.metadata?.labels?.[MANAGED_BY_LABEL] === MANAGED_BY;
   const remove = (): WebhookPlan =>
@@ -211,22 +230,82 @@ export function planWebhook({
   if (policy === undefined) return remove();
   if (intent.kind === 'absent') return remove();
   // A webhook of a deleted namesake Policy enforces rules nobody asked for.
-  if (intent.kind === 'keep')
-    return existing && servedGenerationOf(existing, policy) === undefined
-      ? remove()
+  if (intent.kind === 'keep') {
+    if (existing && servedGenerationOf(existing, policy) === undefined) return remove();
+    return existing && managed && policyServer
+      ? rebundle(existing, policyServer, options, ca)
       : { action: 'keep' };
+  }
   if (policyServer === undefined) return { action: 'keep' };
-  // caSecretRef is not resolved yet: a webhook without its CA fails every TLS handshake,
-  // which under failurePolicy Fail rejects every matching request. Write nothing instead.
-  if (policyServer.spec.caSecretRef !== undefined && options.caBundle === undefined)
+  // A webhook without the right CA fails every TLS handshake, which under failurePolicy Fail
+  // rejects every matching request. Write nothing instead.
+  if ('blocked' in ca)
     return {
       action: 'blocked',
-      reason: `PolicyServer ${policyServer.metadata.name} sets spec.caSecretRef, which this rollcall version does not resolve; set spec.caBundle (base64 PEM of the CA) instead. The webhook of Policy ${policy.metadata.name} is left unchanged.`,
+      reason: `${ca.blocked} The webhook of Policy ${policy.metadata.name} is left unchanged.`,
     };
 
-  const desired = buildWebhookConfiguration(policy, policyServer, options);
+  const desired = buildWebhookConfiguration(policy, policyServer, options, ca.caBundle);
   if (existing === undefined) return { action: 'create', webhook: desired };
   return isSubset(desired, existing) ? { action: 'keep' } : { action: 'update', webhook: desired };
+}
+
+interface ExistingEntry {
+  clientConfig?: { caBundle?: string; service?: { name?: string; namespace?: string } };
+}
+
+/**
+ * A kept webhook with the server's new CA bundle, everything else as it is (the older
+ * generation's rules stay). Only when it calls this server's Service: a Policy moved to
+ * another server in a generation not served yet keeps the old server and its old CA.
+ */
+function rebundle(
+  existing: ExistingWebhook,
+  server: PolicyServer,
+  options: WebhookOptions,
+  ca: WebhookCa,
+): WebhookPlan {
+  if ('blocked' in ca || ca.caBundle === undefined || options.url !== undefined)
+    return { action: 'keep' };
+  const entries = (Array.isArray(existing.webhooks) ? existing.webhooks : []) as ExistingEntry[];
+  const service = policyServerResourceName(server.metadata.name);
+  const ours = entries.every(
+    (e) =>
+      e.clientConfig?.service?.name === service &&
+      e.clientConfig.service.namespace === options.namespace,
+  );
+  if (
+    entries.length === 0 ||
+    !ours ||
+    entries.every((e) => e.clientConfig?.caBundle === ca.caBundle)
+  )
+    return { action: 'keep' };
+  const meta = existing.metadata ?? {};
+  const served = meta.annotations?.[SERVED_GENERATION_ANNOTATION];
+  return {
+    action: 'rebundle',
+    webhook: {
+      apiVersion: 'admissionregistration.k8s.io/v1',
+      kind: 'ValidatingWebhookConfiguration',
+      metadata: {
+        name: meta.name,
+        labels: {
+          [MANAGED_BY_LABEL]: MANAGED_BY,
+          ...(meta.labels?.[POLICY_LABEL] === undefined
+            ? {}
+            : { [POLICY_LABEL]: meta.labels[POLICY_LABEL] }),
+        },
+        ...(served === undefined
+          ? {}
+          : { annotations: { [SERVED_GENERATION_ANNOTATION]: served } }),
+        ownerReferences: meta.ownerReferences,
+      },
+      webhooks: entries.map((e) => ({
+        ...e,
+        clientConfig: { ...e.clientConfig, caBundle: ca.caBundle },
+      })) as V1ValidatingWebhookConfiguration['webhooks'],
+    },
+  };
 }
 
 /**

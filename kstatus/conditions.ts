@@ -13,8 +13,8 @@
  */
 import type { Condition } from '../api/v1alpha1.ts';
 
-export const REASON_PATTERN = /^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$/;
-export const REASON_MAX_LENGTH = 1024;
+const REASON_PATTERN = /^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$/;
+const REASON_MAX_LENGTH = 1024;
 export const MESSAGE_MAX_BYTES = 32768;
 
 export type ConditionStatus = 'True' | 'False' | 'Unknown';
@@ -102,10 +102,7 @@ export function setCondition(
   return list;
 }
 
-export function removeCondition(
-  conditions: readonly Condition[] | undefined,
-  type: string,
-): Condition[] {
+function removeCondition(conditions: readonly Condition[] | undefined, type: string): Condition[] {
   return (conditions ?? []).filter((c) => c.type !== type);
 }
 

@@ -35,6 +35,11 @@ export function stringField(obj: unknown, path: string, fallback: string): strin
   return typeof value === 'string' ? value : fallback;
 }
 
+export function boolField(obj: unknown, path: string, fallback: boolean): boolean {
+  const value = field(obj, path);
+  return typeof value === 'boolean' ? value : fallback;
+}
+
 /** An integer field that must be an integer when present (kstatus' NestedInt64). */
 export function optionalInt(obj: unknown, path: string): number | undefined {
   const value = field(obj, path);

@@ -1,8 +1,9 @@
 /**
  * Per-kind readiness rules, one small function per kind, following kstatus' core.go.
- * They run only when the generic rules (generic.ts) reached no decision.
+ * They run only when the generic rules (`genericStatus` in compute.ts) reached no decision.
  */
 import {
+  boolField,
   conditionsOf,
   findCondition,
   intField,
@@ -42,6 +43,21 @@ export function failed(reason: string, message: string): KStatusResult {
 }
 
 const alwaysReady: KindRule = () => current('Resource is always ready');
+
+/** The replica counts the workload controllers publish, with kstatus' defaults. */
+function replicaCounts(obj: unknown) {
+  return {
+    specReplicas: intField(obj, 'spec.replicas', 1),
+    statusReplicas: intField(obj, 'status.replicas', 0),
+    ready: intField(obj, 'status.readyReplicas', 0),
+    available: intField(obj, 'status.availableReplicas', 0),
+    updated: intField(obj, 'status.updatedReplicas', 0),
+  };
+}
+
+/** More pods than desired: the surplus is still terminating. */
+const pendingTermination = (extra: number) =>
+  inProgress('ExtraPods', `Pending termination: ${extra}`);
 
 const service: KindRule = (obj) => {
   const type = stringField(obj, 'spec.type', 'ClusterIP');
@@ -110,19 +126,14 @@ const statefulSet: KindRule = (obj) => {
   if (stringField(obj, 'spec.updateStrategy.type', '') === 'OnDelete') {
     return current('StatefulSet is using the ondelete update strategy');
   }
-  const specReplicas = intField(obj, 'spec.replicas', 1);
-  const ready = intField(obj, 'status.readyReplicas', 0);
+  const { specReplicas, ready, updated, statusReplicas } = replicaCounts(obj);
   const currentReplicas = intField(obj, 'status.currentReplicas', 0);
-  const updated = intField(obj, 'status.updatedReplicas', 0);
-  const statusReplicas = intField(obj, 'status.replicas', 0);
   const partition = intField(obj, 'spec.updateStrategy.rollingUpdate.partition', -1);
 
   if (specReplicas > statusReplicas)
     return inProgress('LessReplicas', `Replicas: ${statusReplicas}/${specReplicas}`);
   if (specReplicas > ready) return inProgress('LessReady', `Ready: ${ready}/${specReplicas}`);
-  if (statusReplicas > specReplicas) {
-    return inProgress('ExtraPods', `Pending termination: ${statusReplicas - specReplicas}`);
-  }
+  if (statusReplicas > specReplicas) return pendingTermination(statusReplicas - specReplicas);
   if (partition !== -1) {
     if (updated < specReplicas - partition) {
       return inProgress('PartitionRollout', `updated: ${updated}/${specReplicas - partition}`);
@@ -142,7 +153,7 @@ const statefulSet: KindRule = (obj) => {
 const deployment: KindRule = (obj) => {
   // Without progressDeadlineSeconds the controller never sets Progressing, so it cannot gate.
   let progressing = intField(obj, 'spec.progressDeadlineSeconds', INT32_MAX) === INT32_MAX;
-  let available = false;
+  let availableCondition = false;
   for (const c of conditionsOf(obj)) {
     if (c.type === 'Progressing') {
       if (c.reason === 'ProgressDeadlineExceeded') {
@@ -154,27 +165,20 @@ const deployment: KindRule = (obj) => {
       }
       if (c.status === 'True' && c.reason === 'NewReplicaSetAvailable') progressing = true;
     } else if (c.type === 'Available' && c.status === 'True') {
-      available = true;
+      availableCondition = true;
     }
   }
-  const specReplicas = intField(obj, 'spec.replicas', 1);
-  const statusReplicas = intField(obj, 'status.replicas', 0);
-  const updated = intField(obj, 'status.updatedReplicas', 0);
-  const ready = intField(obj, 'status.readyReplicas', 0);
-  const availableReplicas = intField(obj, 'status.availableReplicas', 0);
+  const { specReplicas, statusReplicas, updated, ready, available } = replicaCounts(obj);
 
   if (specReplicas > statusReplicas)
     return inProgress('LessReplicas', `Replicas: ${statusReplicas}/${specReplicas}`);
   if (specReplicas > updated)
     return inProgress('LessUpdated', `Updated: ${updated}/${specReplicas}`);
-  if (statusReplicas > specReplicas) {
-    return inProgress('ExtraPods', `Pending termination: ${statusReplicas - specReplicas}`);
-  }
-  if (updated > availableReplicas)
-    return inProgress('LessAvailable', `Available: ${availableReplicas}/${updated}`);
+  if (statusReplicas > specReplicas) return pendingTermination(statusReplicas - specReplicas);
+  if (updated > available) return inProgress('LessAvailable', `Available: ${available}/${updated}`);
   if (specReplicas > ready) return inProgress('LessReady', `Ready: ${ready}/${specReplicas}`);
   if (!progressing) return inProgress('ReplicaSetNotAvailable', 'ReplicaSet not Available');
-  if (!available) return inProgress('DeploymentNotAvailable', 'Deployment not Available');
+  if (!availableCondition) return inProgress('DeploymentNotAvailable', 'Deployment not Available');
   return current(`Deployment is available. Replicas: ${statusReplicas}`);
 };
 
@@ -182,10 +186,7 @@ const replicaSet: KindRule = (obj) => {
   if (findCondition(conditionsOf(obj), 'ReplicaFailure', 'True')) {
     return inProgress('ReplicaFailure', 'Replica Failure condition. Check Pods');
   }
-  const specReplicas = intField(obj, 'spec.replicas', 1);
-  const statusReplicas = intField(obj, 'status.replicas', 0);
-  const ready = intField(obj, 'status.readyReplicas', 0);
-  const available = intField(obj, 'status.availableReplicas', 0);
+  const { specReplicas, statusReplicas, ready, available } = replicaCounts(obj);
   const labelled = intField(obj, 'status.fullyLabeledReplicas', 0);
 
   if (specReplicas > labelled)
@@ -193,9 +194,7 @@ const replicaSet: KindRule = (obj) => {
   if (specReplicas > available)
     return inProgress('LessAvailable', `Available: ${available}/${specReplicas}`);
   if (specReplicas > ready) return inProgress('LessReady', `Ready: ${ready}/${specReplicas}`);
-  if (statusReplicas > specReplicas) {
-    return inProgress('ExtraPods', `Pending termination: ${statusReplicas - specReplicas}`);
-  }
+  if (statusReplicas > specReplicas) return pendingTermination(statusReplicas - specReplicas);
   return current(`ReplicaSet is available. Replicas: ${statusReplicas}`);
 };
 
@@ -244,8 +243,11 @@ const job: KindRule = (obj) => {
       return current(`Job Completed. succeeded: ${succeeded}/${completions}`);
     if (c.type === 'Failed')
       return failed('JobFailed', `Job Failed. failed: ${failedPods}/${completions}`);
-    // A suspended job is not converging, nor is it waiting on anything.
-    if (c.type === 'Suspended') return current('Job is suspended');
+    // A suspended job is not converging, nor is it waiting on anything. The condition alone
+    // is not enough: a Job resuming (spec.suspend false) still carries Suspended=True until
+    // the controller sees it, and is then InProgress like any Job not started.
+    if (c.type === 'Suspended' && boolField(obj, 'spec.suspend', false))
+      return current('Job is suspended');
   }
   if (stringField(obj, 'status.startTime', '') === '')
     return inProgress('JobNotStarted', 'Job not started');

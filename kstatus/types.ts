@@ -8,16 +8,15 @@
  * - NotFound: it does not exist.
  * - Unknown: its state cannot be read (malformed status, unknown pod phase, ...).
  */
-export type KStatus = 'InProgress' | 'Failed' | 'Current' | 'Terminating' | 'NotFound' | 'Unknown';
-
-export const KSTATUSES: readonly KStatus[] = [
+const KSTATUSES = [
   'InProgress',
   'Failed',
   'Current',
   'Terminating',
   'NotFound',
   'Unknown',
-];
+] as const;
+export type KStatus = (typeof KSTATUSES)[number];
 
 /** The abnormal-true conditions kstatus reports: at most one, always status "True". */
 export interface KStatusCondition {

@@ -1,25 +1,56 @@
 // Compact projections of the watched objects, kept in Redis by the watcher and read by the
-// workers, so that a job reads one Redis round trip instead of listing the cluster.
+// workers, so that a job reads a few Redis round trips instead of listing the cluster.
 //
 // Layout (one hash per kind, field = object name, value = compact JSON):
 //   <prefix>:proj:policy, :policyserver, :deployment, :replicaset, :webhook
-//   <prefix>:proj:pods:<policy server>   the server's pods, by pod name
+//   <prefix>:proj:pods:<policy server>   the server's pods, by pod name; each says whether its
+//                                        report is absent, valid or invalid (with the reason)
+//   <prefix>:proj:report:<server>:<pod>  a valid report's entries: policy name -> entry JSON.
+//                                        The watcher reads a report once per pod event, so a
+//                                        policy run reads one entry per pod, not every report
+//   <prefix>:proj:secret                 Secrets of rollcall's namespace: name, resourceVersion
+//                                        and labels only (never data: private keys stay out)
+//   <prefix>:proj:server-policies:<server>  set of the names of the server's Policies (the
+//                                        `server/<name>` fan-out reads it)
 //   <prefix>:proj:synced                 set after a full write; a Redis that lost its data
 //                                        lacks it, and workers then wait instead of acting
 //                                        on an empty picture.
-import type { Redis } from 'ioredis';
-import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../api/constants.ts';
-import type { Deployment, ObjectMeta, Pod, ReplicaSet } from '../api/kube.ts';
+//   <prefix>:proj:generation             Sentinel and Cluster only: the watcher's write count,
+//                                        one more after each event's writes; a new primary
+//                                        with a lower count lost some of them. Never deleted.
+// On a Cluster the prefix is a hash tag (`{rollcall}`, keyPrefix): every key of rollcall is in
+// one slot, so each MULTI stays legal.
+import { keyPrefix, keysMatching, type RedisClient } from '../queue/redis-client.ts';
+import {
+  API_VERSION,
+  APPLIED_HASH_ANNOTATION,
+  POLICY_SERVER_LABEL,
+  REPORT_ANNOTATION,
+  webhookConfigurationName,
+} from '../api/constants.ts';
+import type {
+  Deployment,
+  ExistingWebhook,
+  KubeObject,
+  ObjectMeta,
+  Pod,
+  ReplicaSet,
+} from '../api/kube.ts';
+import {
+  readReplicaReport,
+  type PolicyReport,
+  type ReportEntry,
+  type ReportReading,
+} from '../api/report.ts';
 import {
   policySchema,
   policyServerSchema,
   type Policy,
   type PolicyServer,
 } from '../api/v1alpha1.ts';
-import type { ExistingWebhook } from '../functions/webhook-core.ts';
 
 export type ProjectedKind =
-  'policy' | 'policyserver' | 'deployment' | 'replicaset' | 'webhook' | 'pod';
+  'policy' | 'policyserver' | 'deployment' | 'replicaset' | 'webhook' | 'pod' | 'secret';
 
 /** Everything the policy and webhook functions need about one Policy. */
 export interface PolicyView {
@@ -30,8 +61,23 @@ export interface PolicyView {
   deployment: Deployment | undefined;
   replicaSets: ReplicaSet[];
   pods: Pod[];
+  /** What each pod reports about this Policy, by pod name (the policy core's `reports`). */
+  reports: ReadonlyMap<string, PolicyReport>;
   webhook: ExistingWebhook | undefined;
 }
+
+/**
+ * A pod as projected: what the cores read, and its report read once, when the watcher saw
+ * the pod change (the annotation itself is not kept).
+ */
+export interface ProjectedPod extends Pod {
+  report: ReportReading;
+}
+
+/** A pod as its server's pods hash holds it: a valid report's entries are in its report hash. */
+type StoredPod = Pod & {
+  report: { kind: 'absent' } | { kind: 'valid' } | { kind: 'invalid'; reason: string };
+};
 
 export interface PolicyServerView {
   policyServer: PolicyServer | undefined;
@@ -39,20 +85,8 @@ export interface PolicyServerView {
   deployment: Deployment | undefined;
 }
 
-interface Meta {
-  name?: string;
-  namespace?: string;
-  uid?: string;
-  generation?: number;
-  resourceVersion?: string;
-  creationTimestamp?: unknown;
-  deletionTimestamp?: unknown;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
-  ownerReferences?: unknown[];
-}
-
-function meta(m: Meta | undefined, annotations?: string[]): Meta {
+/** The metadata the cores read; `annotations` lists the annotations kept (all if omitted). */
+function meta(m: ObjectMeta | undefined, annotations?: string[]): ObjectMeta {
   const kept =
     annotations && m?.annotations
       ? Object.fromEntries(
@@ -61,6 +95,7 @@ function meta(m: Meta | undefined, annotations?: string[]): Meta {
           ),
         )
       : m?.annotations;
+  const none = kept !== undefined && Object.keys(kept).length === 0;
   return {
     name: m?.name,
     namespace: m?.namespace,
@@ -70,22 +105,15 @@ function meta(m: Meta | undefined, annotations?: string[]): Meta {
     creationTimestamp: m?.creationTimestamp,
     deletionTimestamp: m?.deletionTimestamp ?? undefined,
     labels: m?.labels,
-    annotations: kept,
+    annotations: none ? undefined : kept,
     ownerReferences: m?.ownerReferences,
   };
 }
 
-type AnyObject = {
-  metadata?: Meta;
-  spec?: Record<string, unknown>;
-  status?: Record<string, unknown>;
-  webhooks?: unknown;
-} & Record<string, unknown>;
-
 /** apiVersion and kind per projection: list responses leave them out of their items. */
 const typeMeta: Record<ProjectedKind, { apiVersion: string; kind: string }> = {
-  policy: { apiVersion: 'rollcall.dev/v1alpha1', kind: 'Policy' },
-  policyserver: { apiVersion: 'rollcall.dev/v1alpha1', kind: 'PolicyServer' },
+  policy: { apiVersion: API_VERSION, kind: 'Policy' },
+  policyserver: { apiVersion: API_VERSION, kind: 'PolicyServer' },
   deployment: { apiVersion: 'apps/v1', kind: 'Deployment' },
   replicaset: { apiVersion: 'apps/v1', kind: 'ReplicaSet' },
   pod: { apiVersion: 'v1', kind: 'Pod' },
@@ -93,22 +121,33 @@ const typeMeta: Record<ProjectedKind, { apiVersion: string; kind: string }> = {
     apiVersion: 'admissionregistration.k8s.io/v1',
     kind: 'ValidatingWebhookConfiguration',
   },
+  secret: { apiVersion: 'v1', kind: 'Secret' },
 };
 
-/** Keeps only what the cores read: the projections stay small (a pod is a few hundred bytes). */
-export function compact(kind: ProjectedKind, obj: AnyObject): unknown {
+/**
+ * Keeps only what the cores read: the projections stay small (a pod is a few hundred bytes
+ * plus its report's entries). The store writes what this returns, as the watcher's informers
+ * keep it; it is not idempotent (a pod's report is read from its annotation, then dropped).
+ */
+export function compact(kind: ProjectedKind, obj: KubeObject): object {
   return { ...typeMeta[kind], ...compactBody(kind, obj) };
 }
 
-function compactBody(kind: ProjectedKind, obj: AnyObject): Record<string, unknown> {
+/** `compact` of a pod, typed. */
+export function projectPod(pod: KubeObject): ProjectedPod {
+  return compact('pod', pod) as ProjectedPod;
+}
+
+function compactBody(kind: ProjectedKind, obj: KubeObject): object {
   switch (kind) {
     case 'policy':
     case 'policyserver':
+      // Parsed with their zod schemas when read: kept whole.
       return { metadata: meta(obj.metadata), spec: obj.spec, status: obj.status };
     case 'deployment': {
-      const spec = obj.spec as Deployment['spec'];
+      const { spec, status } = obj as Deployment;
       return {
-        metadata: meta(obj.metadata, ['rollcall.dev/applied-hash']),
+        metadata: meta(obj.metadata, [APPLIED_HASH_ANNOTATION]),
         spec: {
           replicas: spec?.replicas,
           progressDeadlineSeconds: spec?.progressDeadlineSeconds,
@@ -121,95 +160,214 @@ function compactBody(kind: ProjectedKind, obj: AnyObject): Record<string, unknow
             },
           },
         },
-        status: obj.status,
+        status,
       };
     }
     case 'replicaset':
       return { metadata: meta(obj.metadata, []) };
     case 'pod': {
-      const status = obj.status as Pod['status'];
-      return {
-        metadata: meta(obj.metadata, [REPORT_ANNOTATION]),
-        status: {
-          phase: status?.phase,
-          conditions: status?.conditions?.filter((c) => c.type === 'Ready'),
-        },
+      const { status } = obj as Pod;
+      const pod: Omit<ProjectedPod, 'apiVersion' | 'kind'> = {
+        metadata: meta(obj.metadata, []),
+        status: { conditions: status?.conditions?.filter((c) => c.type === 'Ready') },
+        report: readReplicaReport(obj.metadata?.annotations?.[REPORT_ANNOTATION]),
       };
+      return pod;
     }
     case 'webhook':
       return { metadata: meta(obj.metadata), webhooks: obj.webhooks };
+    case 'secret': {
+      // Metadata only: a Secret's data (private keys) never reaches Redis.
+      const { name, namespace, resourceVersion, labels } = obj.metadata ?? {};
+      return { metadata: { name, namespace, resourceVersion, labels } };
+    }
   }
 }
 
 /** The projection hash a pod belongs to: its policy server's, by label. */
-export function podServer(pod: { metadata?: ObjectMeta | Meta }): string | undefined {
+export function podServer(pod: KubeObject): string | undefined {
   return pod.metadata?.labels?.[POLICY_SERVER_LABEL];
 }
 
+/** The server an object is filed under: a pod's by label, a Policy's by spec.policyServer. */
+export function serverOf(kind: ProjectedKind, obj: KubeObject): string | undefined {
+  if (kind === 'pod') return podServer(obj);
+  if (kind === 'policy') return (obj.spec as { policyServer?: string } | undefined)?.policyServer;
+  return undefined;
+}
+
+type Transaction = ReturnType<RedisClient['multi']>;
+
 export class ProjectionStore {
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   private readonly base: string;
 
-  constructor(redis: Redis, prefix = 'rollcall') {
+  constructor(redis: RedisClient, prefix = 'rollcall') {
     this.redis = redis;
-    this.base = `${prefix}:proj`;
+    this.base = `${keyPrefix(redis, prefix)}:proj`;
+  }
+
+  /** The synced marker's key (its slot picks the Cluster node that holds every projection). */
+  get syncedKey(): string {
+    return `${this.base}:synced`;
+  }
+
+  private get generationKey(): string {
+    return `${this.base}:generation`;
   }
 
   private hash(kind: ProjectedKind, server?: string): string {
     return kind === 'pod' ? `${this.base}:pods:${server ?? ''}` : `${this.base}:${kind}`;
   }
 
-  async put(kind: ProjectedKind, obj: AnyObject): Promise<void> {
-    const name = obj.metadata?.name;
-    if (!name) return;
-    await this.redis.hset(
-      this.hash(kind, kind === 'pod' ? podServer(obj) : undefined),
-      name,
-      JSON.stringify(compact(kind, obj)),
-    );
+  private serverPolicies(server: string): string {
+    return `${this.base}:server-policies:${server}`;
   }
 
-  async remove(kind: ProjectedKind, name: string, server?: string): Promise<void> {
-    await this.redis.hdel(this.hash(kind, server), name);
+  /** A pod's report entries, by policy name. */
+  private reportHash(server: string | undefined, pod: string): string {
+    return `${this.base}:report:${server ?? ''}:${pod}`;
+  }
+
+  /** Queues the writes of one projection (`compact`'s output) on `tx`. */
+  private write(tx: Transaction, kind: ProjectedKind, obj: KubeObject, name: string): void {
+    const server = serverOf(kind, obj);
+    if (kind !== 'pod') {
+      tx.hset(this.hash(kind, server), name, JSON.stringify(obj));
+      if (kind === 'policy' && server) tx.sadd(this.serverPolicies(server), name);
+      return;
+    }
+    // A pod's report is rewritten whole: the watcher parses it anyway, and a whole rewrite
+    // never depends on knowing what Redis held before.
+    const { report, ...pod } = obj as ProjectedPod;
+    const stored: StoredPod = {
+      ...pod,
+      report: report.kind === 'valid' ? { kind: 'valid' } : report,
+    };
+    tx.hset(this.hash(kind, server), name, JSON.stringify(stored));
+    const entries = this.reportHash(server, name);
+    tx.del(entries);
+    if (report.kind !== 'valid') return;
+    const fields = Object.entries(report.report).flatMap(([policy, entry]) => [
+      policy,
+      JSON.stringify(entry),
+    ]);
+    if (fields.length > 0) tx.hset(entries, ...fields);
+  }
+
+  /** Queues the removal of what `write` wrote for an object filed under `server`. */
+  private unwrite(
+    tx: Transaction,
+    kind: ProjectedKind,
+    name: string,
+    server: string | undefined,
+  ): void {
+    tx.hdel(this.hash(kind, server), name);
+    if (kind === 'policy' && server) tx.srem(this.serverPolicies(server), name);
+    if (kind === 'pod') tx.del(this.reportHash(server, name));
+  }
+
+  /** Queues the removal of `old`'s filing when it was under another server than `obj`. */
+  private unfileMoved(
+    tx: Transaction,
+    kind: ProjectedKind,
+    name: string,
+    obj: KubeObject,
+    old: KubeObject | undefined,
+  ): void {
+    const oldServer = old ? serverOf(kind, old) : undefined;
+    if (old && oldServer !== serverOf(kind, obj)) this.unwrite(tx, kind, name, oldServer);
   }
 
   /**
-   * Replaces every projection with `objects` in one MULTI, then marks the store synced.
-   * Called after the watcher's informers synced, and again whenever Redis comes back empty.
+   * Writes an object's projection (`compact`'s output) in one MULTI: a Policy also joins its
+   * server's set, a pod's report entries go to its report hash. `old`: the version before,
+   * whose filing under another server (a pod relabelled, a Policy moved) is undone.
    */
-  async replaceAll(objects: Partial<Record<ProjectedKind, AnyObject[]>>): Promise<void> {
-    const old = await this.redis.keys(`${this.base}:*`);
+  async put(kind: ProjectedKind, obj: KubeObject, old?: KubeObject): Promise<void> {
+    const name = obj.metadata?.name;
+    if (!name) return;
     const tx = this.redis.multi();
-    if (old.length) tx.del(...old);
-    for (const [kind, list] of Object.entries(objects) as [ProjectedKind, AnyObject[]][]) {
-      for (const obj of list) {
-        const name = obj.metadata?.name;
-        if (name)
-          tx.hset(
-            this.hash(kind, kind === 'pod' ? podServer(obj) : undefined),
-            name,
-            JSON.stringify(compact(kind, obj)),
-          );
-      }
-    }
-    tx.set(`${this.base}:synced`, new Date().toISOString());
+    this.unfileMoved(tx, kind, name, obj, old);
+    this.write(tx, kind, obj, name);
     await tx.exec();
   }
 
-  async isSynced(): Promise<boolean> {
-    return (await this.redis.exists(`${this.base}:synced`)) === 1;
+  /** Removes an object's projection, from the server it was filed under (and `old`'s). */
+  async remove(kind: ProjectedKind, obj: KubeObject, old?: KubeObject): Promise<void> {
+    const name = obj.metadata?.name;
+    if (!name) return;
+    const tx = this.redis.multi();
+    this.unwrite(tx, kind, name, serverOf(kind, obj));
+    this.unfileMoved(tx, kind, name, obj, old);
+    await tx.exec();
   }
 
-  /** Reads what a Policy's functions need in one round trip; `undefined` while the store is not synced. */
+  /** The names of a server's Policies; undefined while the store is not synced. */
+  async policiesOfServer(server: string): Promise<string[] | undefined> {
+    const [synced, names] = (await this.redis
+      .multi()
+      .exists(`${this.base}:synced`)
+      .smembers(this.serverPolicies(server))
+      .exec())!.map(([, v]) => v) as [number, string[]];
+    return synced ? names : undefined;
+  }
+
+  /**
+   * Replaces every projection with `objects` (`compact`'s output) in one MULTI, then marks
+   * the store synced. Called after the watcher's informers synced, and again whenever Redis
+   * comes back empty.
+   */
+  async replaceAll(objects: Partial<Record<ProjectedKind, readonly KubeObject[]>>): Promise<void> {
+    // The generation survives rebuilds: it only ever grows, so a primary that missed a rebuild
+    // still reads lower than the watcher's count.
+    const old = (await keysMatching(this.redis, `${this.base}:*`)).filter(
+      (k) => k !== this.generationKey,
+    );
+    const tx = this.redis.multi();
+    if (old.length) tx.del(...old);
+    for (const [kind, list] of Object.entries(objects) as [ProjectedKind, KubeObject[]][]) {
+      for (const obj of list) {
+        const name = obj.metadata?.name;
+        if (name) this.write(tx, kind, obj, name);
+      }
+    }
+    tx.set(this.syncedKey, new Date().toISOString());
+    await tx.exec();
+  }
+
+  /** Counts one more write of the watcher; returns the new count. */
+  async countWrite(): Promise<number> {
+    return this.redis.incr(this.generationKey);
+  }
+
+  /** The synced marker and the write count, read together. */
+  async writeState(): Promise<{ synced: boolean; generation: number }> {
+    const [synced, generation] = (await this.redis
+      .multi()
+      .exists(this.syncedKey)
+      .get(this.generationKey)
+      .exec())!.map(([, v]) => v) as [number, string | null];
+    return { synced: synced === 1, generation: Number(generation ?? 0) };
+  }
+
+  async isSynced(): Promise<boolean> {
+    return (await this.redis.exists(this.syncedKey)) === 1;
+  }
+
+  /**
+   * Reads what a Policy's functions need: the Policy and its webhook, then its server's
+   * objects, then each pod's entry about the Policy; `undefined` while the store is not synced.
+   */
   async policyView(
     name: string,
     deploymentName: (server: string) => string,
   ): Promise<PolicyView | undefined> {
     const [synced, rawPolicy, rawWebhook] = (await this.redis
       .multi()
-      .exists(`${this.base}:synced`)
+      .exists(this.syncedKey)
       .hget(this.hash('policy'), name)
-      .hget(this.hash('webhook'), `rollcall-${name}`)
+      .hget(this.hash('webhook'), webhookConfigurationName(name))
       .exec())!.map(([, v]) => v) as [number, string | null, string | null];
     if (!synced) return undefined;
     const webhook = rawWebhook ? (JSON.parse(rawWebhook) as ExistingWebhook) : undefined;
@@ -220,6 +378,7 @@ export class ProjectionStore {
       deployment: undefined,
       replicaSets: [],
       pods: [],
+      reports: new Map(),
     };
     if (!parsed.ok) return { ...base, policy: undefined, invalid: parsed.error };
     if (!parsed.value) return { ...base, policy: undefined };
@@ -233,14 +392,53 @@ export class ProjectionStore {
       .hvals(this.hash('pod', server))
       .exec())!.map(([, v]) => v) as [string | null, string | null, string[], string[]];
     const serverParsed = parse(policyServerSchema, rawServer);
+    const stored = rawPods.map((p) => JSON.parse(p) as StoredPod);
+    const pods = stored.map(({ report: _, ...pod }) => pod);
     return {
       policy,
       webhook,
       policyServer: serverParsed.ok ? serverParsed.value : undefined,
       deployment: rawDeployment ? (JSON.parse(rawDeployment) as Deployment) : undefined,
       replicaSets: rawReplicaSets.map((r) => JSON.parse(r) as ReplicaSet),
-      pods: rawPods.map((p) => JSON.parse(p) as Pod),
+      pods,
+      reports: await this.reportsAbout(name, server, stored),
     };
+  }
+
+  /** Each pod's entry about one Policy, read in one round trip from the valid reports. */
+  private async reportsAbout(
+    policy: string,
+    server: string,
+    pods: readonly StoredPod[],
+  ): Promise<Map<string, PolicyReport>> {
+    const raw = await this.fromValidReports<string | null>(server, pods, (tx, hash) =>
+      tx.hget(hash, policy),
+    );
+    return new Map(
+      pods.map((p): [string, PolicyReport] => {
+        const pod = p.metadata?.name ?? '';
+        if (p.report.kind !== 'valid') return [pod, p.report];
+        const entry = raw.get(pod);
+        return [
+          pod,
+          { kind: 'valid', entry: entry ? (JSON.parse(entry) as ReportEntry) : undefined },
+        ];
+      }),
+    );
+  }
+
+  /** One `read` of the report hash of each pod whose report is valid, in one round trip; by pod. */
+  private async fromValidReports<T>(
+    server: string,
+    pods: readonly StoredPod[],
+    read: (tx: Transaction, hash: string) => void,
+  ): Promise<Map<string, T>> {
+    const valid = pods.filter((p) => p.report.kind === 'valid').map((p) => p.metadata?.name ?? '');
+    if (valid.length === 0) return new Map();
+    const tx = this.redis.multi();
+    for (const pod of valid) read(tx, this.reportHash(server, pod));
+    const results = (await tx.exec())!;
+    return new Map(valid.map((pod, i) => [pod, results[i]![1] as T]));
   }
 
   async policyServerView(
@@ -249,7 +447,7 @@ export class ProjectionStore {
   ): Promise<PolicyServerView | undefined> {
     const [synced, rawServer, rawDeployment] = (await this.redis
       .multi()
-      .exists(`${this.base}:synced`)
+      .exists(this.syncedKey)
       .hget(this.hash('policyserver'), name)
       .hget(this.hash('deployment'), deploymentName)
       .exec())!.map(([, v]) => v) as [number, string | null, string | null];
@@ -262,13 +460,39 @@ export class ProjectionStore {
     };
   }
 
+  /** Every webhook configuration rollcall watches (its own), as projected. */
+  async webhooks(): Promise<ExistingWebhook[]> {
+    return (await this.redis.hvals(this.hash('webhook'))).map(
+      (v) => JSON.parse(v) as ExistingWebhook,
+    );
+  }
+
   /** Names of the Policies and PolicyServers in the store, for the status page. */
   async all(kind: 'policy' | 'policyserver'): Promise<unknown[]> {
     return (await this.redis.hvals(this.hash(kind))).map((v) => JSON.parse(v) as unknown);
   }
 
-  async podsOf(server: string): Promise<Pod[]> {
-    return (await this.redis.hvals(this.hash('pod', server))).map((v) => JSON.parse(v) as Pod);
+  /** A server's pods with their whole reports (the status page's matrix). */
+  async podsOf(server: string): Promise<ProjectedPod[]> {
+    const stored = (await this.redis.hvals(this.hash('pod', server))).map(
+      (v) => JSON.parse(v) as StoredPod,
+    );
+    const reports = await this.fromValidReports<Record<string, string>>(
+      server,
+      stored,
+      (tx, hash) => tx.hgetall(hash),
+    );
+    return stored.map(({ report, ...pod }): ProjectedPod => {
+      if (report.kind !== 'valid') return { ...pod, report };
+      const entries = Object.entries(reports.get(pod.metadata?.name ?? '') ?? {});
+      return {
+        ...pod,
+        report: {
+          kind: 'valid',
+          report: Object.fromEntries(entries.map(([p, e]) => [p, JSON.parse(e) as ReportEntry])),
+        },
+      };
+    });
   }
 }
 
@@ -288,8 +512,9 @@ function parse<T>(
   const result = schema.safeParse(JSON.parse(raw));
   if (result.success) return { ok: true, value: result.data };
   const issue = result.error.issues[0];
+  const path = issue?.path.map(String).join('.');
   return {
     ok: false,
-    error: issue ? `${issue.path.map(String).join('.')}: ${issue.message}` : 'invalid object',
+    error: issue ? (path ? `${path}: ${issue.message}` : issue.message) : 'invalid object',
   };
 }

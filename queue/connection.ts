@@ -1,6 +1,7 @@
 // ioredis settings BullMQ needs, per role.
 
-import { Redis, type RedisOptions } from 'ioredis';
+import type { RedisOptions } from 'ioredis';
+import { createRedisClient, type RedisClient } from './redis-client.ts';
 
 /**
  * - `producer`: enqueues (watcher, CLI). Fails fast while Redis is away instead of queueing
@@ -16,12 +17,13 @@ export function redisOptions(role: RedisRole): RedisOptions {
     : { maxRetriesPerRequest: 3, enableOfflineQueue: false, enableReadyCheck: true };
 }
 
-export function createRedis(url: string, role: RedisRole): Redis {
-  return new Redis(url, redisOptions(role));
+/** A client for any --redis-url form: one Redis, Sentinel (`redis+sentinel://`) or Cluster (`redis+cluster://`). */
+export function createRedis(url: string, role: RedisRole): RedisClient {
+  return createRedisClient(url, redisOptions(role));
 }
 
 /** Resolves when the client is ready (needed with enableOfflineQueue: false). */
-export async function ready(redis: Redis): Promise<Redis> {
+export async function ready(redis: RedisClient): Promise<RedisClient> {
   if (redis.status === 'ready') return redis;
   await new Promise<void>((resolve, reject) => {
     const onReady = () => {

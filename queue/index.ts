@@ -9,12 +9,7 @@ export {
   type OutcomeKind,
 } from './outcome.ts';
 export { backoffDelay, defaultBackoff, type BackoffOptions } from './backoff.ts';
-export {
-  httpOutcome,
-  outcomeOfError,
-  parseRetryAfter,
-  type HttpStatusError,
-} from './kube-errors.ts';
+export { httpOutcome, outcomeOfError, parseRetryAfter } from './kube-errors.ts';
 export {
   WorkQueue,
   type WorkQueueOptions,
@@ -37,3 +32,5 @@ export {
 } from './rate-limiter.ts';
 export { QueueMetrics, type QueueMetricsOptions } from './metrics.ts';
 export { createRedis, redisOptions, type RedisRole } from './connection.ts';
+export { isReplicated, keyPrefix, type RedisClient } from './redis-client.ts';
+export { RedisPrimaryTracker, type RedisFailover } from './redis-primary.ts';

@@ -1,27 +1,11 @@
-// Turns errors thrown by a handler into outcomes. @kubernetes/client-node 2.x throws
-// ApiException { code, body, headers }; we recognise it structurally so that tests and
-// other HTTP clients can produce the same shape.
+// Turns errors thrown by a handler into outcomes. The HTTP status and headers of an API
+// error are read by kube/errors.ts, whichever client raised it.
 
+import { responseHeaderOf, statusCodeOf } from '../kube/errors.ts';
 import { retry, terminal, TerminalError, type Outcome } from './outcome.ts';
 
-/** The part of client-node's ApiException that matters here. */
-export interface HttpStatusError {
-  code: number;
-  headers?: Record<string, string | undefined>;
-}
-
-export function isHttpStatusError(err: unknown): err is HttpStatusError {
-  return (
-    typeof err === 'object' &&
-    err !== null &&
-    typeof (err as { code?: unknown }).code === 'number' &&
-    ((err as { headers?: unknown }).headers === undefined ||
-      typeof (err as { headers?: unknown }).headers === 'object')
-  );
-}
-
 /** Used when a 429 carries no usable Retry-After. */
-export const defaultRetryAfterMs = 1000;
+const defaultRetryAfterMs = 1000;
 /** A hostile or broken Retry-After must not park a key for hours. */
 export const maxRetryAfterMs = 10 * 60_000;
 
@@ -38,23 +22,15 @@ export function parseRetryAfter(
   return Math.min(maxRetryAfterMs, Math.max(0, date - now));
 }
 
-function header(
-  headers: Record<string, string | undefined> | undefined,
-  name: string,
-): string | undefined {
-  if (!headers) return undefined;
-  for (const [key, value] of Object.entries(headers)) if (key.toLowerCase() === name) return value;
-  return undefined;
-}
-
 /** 429 → throttled(Retry-After), 409 → conflict, anything else → undefined. */
 export function httpOutcome(err: unknown, now: number = Date.now()): Outcome | undefined {
-  if (!isHttpStatusError(err)) return undefined;
-  if (err.code === 429) {
-    const delayMs = parseRetryAfter(header(err.headers, 'retry-after'), now) ?? defaultRetryAfterMs;
+  const code = statusCodeOf(err);
+  if (code === 429) {
+    const delayMs =
+      parseRetryAfter(responseHeaderOf(err, 'retry-after'), now) ?? defaultRetryAfterMs;
     return { kind: 'throttled', delayMs };
   }
-  if (err.code === 409) return { kind: 'conflict' };
+  if (code === 409) return { kind: 'conflict' };
   return undefined;
 }
 
@@ -63,5 +39,5 @@ export function outcomeOfError(err: unknown): Outcome {
   if (err instanceof TerminalError) return terminal(err.message);
   const http = httpOutcome(err);
   if (http) return http;
-  return retry(err instanceof Error ? err : new Error(String(err)));
+  return retry(err instanceof Error ? err : new Error(String(err), { cause: err }));
 }

@@ -1,23 +1,35 @@
-// One token bucket in Redis for all writes to the Kubernetes API, shared by every worker
-// process. Time comes from Redis (TIME) so that clocks of worker hosts do not matter.
-// A 429 from the API server pauses the whole bucket for its Retry-After.
+// The write gate shared by every worker process: a 429 from the API server pauses all writes
+// for its Retry-After. By default that is all: the apiserver's API Priority and Fairness
+// decides how fast writes go (as controller-runtime does since kubernetes-sigs/controller-runtime#3119).
+// An opt-in cap (`ratePerSecond`) adds one token bucket in Redis for all writes; time comes
+// from Redis (TIME) so that clocks of worker hosts do not matter.
 
-import type { Redis } from 'ioredis';
+import { keyPrefix, type RedisClient } from './redis-client.ts';
 import { RedisScript } from './redis-script.ts';
 
 export interface WriteRateLimitOptions {
-  /** Sustained writes per second across all workers. Default 50. */
-  ratePerSecond: number;
-  /** Writes allowed at once after a quiet period. Default 100. */
-  burst: number;
-  /** Redis key of the bucket; the pause key is `<key>:paused`. Default `rollcall:ratelimit:kube-writes`. */
+  /** Sustained writes per second across all workers; undefined (the default): no cap. */
+  ratePerSecond: number | undefined;
+  /** Writes allowed at once after a quiet period, with a cap. Default twice the rate. */
+  burst: number | undefined;
+  /**
+   * Redis key of the bucket; the pause key is `<key>:paused`. Default
+   * `rollcall:ratelimit:kube-writes` (`{rollcall}:...` on a Cluster: both keys in one slot).
+   */
   key: string;
+  /**
+   * Without a cap, how long this process trusts its last look at the pause before asking
+   * Redis again. A 429 elsewhere pauses this process within that time (its own at once), and
+   * a write costs no Redis round trip of its own. Default 250 ms.
+   */
+  pauseCheckMs: number;
 }
 
 export const defaultWriteRateLimit: WriteRateLimitOptions = {
-  ratePerSecond: 50,
-  burst: 100,
+  ratePerSecond: undefined,
+  burst: undefined,
   key: 'rollcall:ratelimit:kube-writes',
+  pauseCheckMs: 250,
 };
 
 // Returns 0 when a token was taken, else the ms to wait before asking again.
@@ -49,17 +61,38 @@ return 0
 
 export class WriteRateLimiter {
   readonly opts: WriteRateLimitOptions;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
+  /** Without a cap: the pause as last seen (epoch ms it ends), and when it was looked at. */
+  private pausedUntil = 0;
+  private pauseSeenAt = -Infinity;
 
-  constructor(redis: Redis, opts: Partial<WriteRateLimitOptions> = {}) {
+  constructor(redis: RedisClient, opts: Partial<WriteRateLimitOptions> = {}) {
     this.redis = redis;
-    this.opts = { ...defaultWriteRateLimit, ...opts };
+    this.opts = {
+      ...defaultWriteRateLimit,
+      key: `${keyPrefix(redis)}:ratelimit:kube-writes`,
+      ...opts,
+    };
   }
 
-  /** Takes a token if one is there: 0, else how many ms until one may be. */
+  /** Takes a token if one is there (or only checks the pause, without a cap): 0, else how many ms until one may be. */
   async tryAcquire(): Promise<number> {
-    const { key, ratePerSecond, burst } = this.opts;
-    return Number(await takeToken.run(this.redis, [key, `${key}:paused`], [ratePerSecond, burst]));
+    const { key, ratePerSecond, burst, pauseCheckMs } = this.opts;
+    if (ratePerSecond === undefined) {
+      const now = Date.now();
+      if (now - this.pauseSeenAt >= pauseCheckMs) {
+        this.pausedUntil = now + Math.max(0, await this.redis.pttl(`${key}:paused`));
+        this.pauseSeenAt = now;
+      }
+      return Math.max(0, this.pausedUntil - now);
+    }
+    return Number(
+      await takeToken.run(
+        this.redis,
+        [key, `${key}:paused`],
+        [ratePerSecond, burst ?? 2 * ratePerSecond],
+      ),
+    );
   }
 
   /** Waits for a write token. Call it before every write to the Kubernetes API. */
@@ -74,6 +107,8 @@ export class WriteRateLimiter {
 
   /** Stops all writes for `ms` (a 429's Retry-After), in every worker process. */
   async pause(ms: number): Promise<void> {
-    if (ms > 0) await pauseBucket.run(this.redis, [`${this.opts.key}:paused`], [Math.ceil(ms)]);
+    if (ms <= 0) return;
+    this.pausedUntil = Math.max(this.pausedUntil, Date.now() + ms);
+    await pauseBucket.run(this.redis, [`${this.opts.key}:paused`], [Math.ceil(ms)]);
   }
 }

@@ -1,7 +1,7 @@
 // Runs a Lua script by SHA, loading it on first use or after a Redis restart (NOSCRIPT).
 
 import { createHash } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis-client.ts';
 
 export class RedisScript {
   readonly source: string;
@@ -12,7 +12,7 @@ export class RedisScript {
     this.sha = createHash('sha1').update(source).digest('hex');
   }
 
-  async run(redis: Redis, keys: string[], args: (string | number)[]): Promise<unknown> {
+  async run(redis: RedisClient, keys: string[], args: (string | number)[]): Promise<unknown> {
     try {
       return await redis.evalsha(this.sha, keys.length, ...keys, ...args);
     } catch (err) {

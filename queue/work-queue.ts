@@ -10,8 +10,8 @@
 
 import { randomUUID } from 'node:crypto';
 import { Queue, type JobsOptions } from 'bullmq';
-import type { Redis } from 'ioredis';
 import { createRedis } from './connection.ts';
+import { keyPrefix, type RedisClient } from './redis-client.ts';
 import { newJobId, parseKey } from './key.ts';
 import type { QueueMetrics } from './metrics.ts';
 
@@ -24,7 +24,7 @@ export interface RetentionOptions {
   failedCount: number;
 }
 
-export const defaultRetention: RetentionOptions = {
+const defaultRetention: RetentionOptions = {
   completedAgeSeconds: 3600,
   completedCount: 1000,
   failedCount: 1000,
@@ -32,10 +32,10 @@ export const defaultRetention: RetentionOptions = {
 
 export interface WorkQueueOptions {
   /** Redis URL (a connection is created and closed with the queue) or a client to share. */
-  connection: string | Redis;
+  connection: string | RedisClient;
   /** BullMQ queue name. Default `reconcile`. */
   name?: string;
-  /** Redis key prefix; give each test its own. Default `rollcall`. */
+  /** Redis key prefix; give each test its own. Default `rollcall` (a hash tag on a Cluster: keyPrefix). */
   prefix?: string;
   /**
    * Coalesce adds per key. Default true. `false` makes plain BullMQ adds: the benchmark's
@@ -64,18 +64,20 @@ export interface EnqueueResult {
   coalesced: boolean;
 }
 
-export type JobState = 'waiting' | 'active' | 'delayed' | 'prioritized' | 'completed' | 'failed';
-export const jobStates: readonly JobState[] = [
+export const jobStates = [
   'waiting',
   'active',
   'delayed',
   'prioritized',
   'completed',
   'failed',
-];
+] as const;
+export type JobState = (typeof jobStates)[number];
 
-export const defaultQueueName = 'reconcile';
-export const defaultPrefix = 'rollcall';
+const defaultQueueName = 'reconcile';
+/** Keys per pipelined bulk add. */
+const enqueueBatch = 500;
+const defaultPrefix = 'rollcall';
 
 export class WorkQueue {
   readonly queue: Queue<JobData>;
@@ -83,13 +85,12 @@ export class WorkQueue {
   readonly prefix: string;
   readonly coalesce: boolean;
   readonly retention: RetentionOptions;
-  readonly redis: Redis;
+  readonly redis: RedisClient;
   private readonly ownsConnection: boolean;
   private readonly metrics: QueueMetrics | undefined;
 
   constructor(opts: WorkQueueOptions) {
     this.name = opts.name ?? defaultQueueName;
-    this.prefix = opts.prefix ?? defaultPrefix;
     this.coalesce = opts.coalesce ?? true;
     this.retention = { ...defaultRetention, ...opts.retention };
     this.metrics = opts.metrics;
@@ -98,6 +99,7 @@ export class WorkQueue {
       typeof opts.connection === 'string'
         ? createRedis(opts.connection, 'producer')
         : opts.connection;
+    this.prefix = keyPrefix(this.redis, opts.prefix ?? defaultPrefix);
     this.queue = new Queue<JobData>(this.name, {
       connection: this.redis,
       prefix: this.prefix,
@@ -120,19 +122,34 @@ export class WorkQueue {
 
   /** Asks for one more run of `key` (`<function>/<name>` or `<function>/<namespace>/<name>`). */
   async enqueue(key: string): Promise<EnqueueResult> {
-    const fn = parseKey(key).function;
-    const wanted = newJobId(key, randomUUID());
-    const job = await this.queue.add(
-      fn,
-      { key },
-      this.coalesce
-        ? { jobId: wanted, deduplication: { id: key, keepLastIfActive: true, reschedule: true } }
-        : { jobId: wanted },
-    );
-    // BullMQ returns the existing job's id when it deduplicated the add.
-    const coalesced = job.id !== wanted;
-    this.metrics?.enqueued(fn, coalesced);
-    return { jobId: job.id ?? wanted, coalesced };
+    const [result] = await this.enqueueMany([key]);
+    return result!;
+  }
+
+  /**
+   * `enqueue` for many keys, pipelined: one round trip per `enqueueBatch` keys (BullMQ's
+   * addBulk, each add the same deduplicating script).
+   */
+  async enqueueMany(keys: readonly string[]): Promise<EnqueueResult[]> {
+    const results: EnqueueResult[] = [];
+    for (let i = 0; i < keys.length; i += enqueueBatch) {
+      const adds = keys.slice(i, i + enqueueBatch).map((key) => {
+        const jobId = newJobId(key, randomUUID());
+        const opts: JobsOptions = this.coalesce
+          ? { jobId, deduplication: { id: key, keepLastIfActive: true, reschedule: true } }
+          : { jobId };
+        return { name: parseKey(key).function, data: { key }, opts };
+      });
+      const jobs = await this.queue.addBulk(adds);
+      adds.forEach((add, j) => {
+        // BullMQ returns the existing job's id when it deduplicated the add.
+        const id = jobs[j]?.id ?? add.opts.jobId!;
+        const coalesced = id !== add.opts.jobId;
+        this.metrics?.enqueued(add.name, coalesced);
+        results.push({ jobId: id, coalesced });
+      });
+    }
+    return results;
   }
 
   /** Jobs per state (for metrics and drain checks). */

@@ -1,15 +1,18 @@
 // The roles rollcall runs as: watcher, worker, or both in one process (`rollcall run`).
 // Each is a thin shell wiring the pure functions to Kubernetes, Redis and HTTP.
 import { readFileSync } from 'node:fs';
-import { pino, type DestinationStream, type Logger } from 'pino';
-import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { functions } from '../functions/index.ts';
+import { certificateExpiryGauge } from '../functions/policyserver-metrics.ts';
+import { errorText } from '../kube/errors.ts';
 import { KubeWriter } from '../functions/kube-writer.ts';
 import type { FunctionContext } from '../functions/types.ts';
 import { ProjectionStore } from '../projections/store.ts';
 import {
   createRedis,
+  isReplicated,
   QueueMetrics,
+  RedisPrimaryTracker,
   runWorker,
   WorkQueue,
   type Handler,
@@ -21,35 +24,12 @@ import { Watcher } from '../watcher/watcher.ts';
 import type { Config } from './config.ts';
 import { installCrds } from './install-crds.ts';
 import { loadKubeConfig } from './kube-config.ts';
+import { createLogger } from './logger.ts';
 
 export type Role = 'watcher' | 'worker';
 
-/** Paths pino censors in every log line, whatever object a line carries. */
-export const redactedPaths = [
-  'token',
-  '*.token',
-  'password',
-  '*.password',
-  'authorization',
-  '*.authorization',
-  'headers.authorization',
-  '*.headers.authorization',
-  'uiCredentials',
-  '*.uiCredentials',
-  'credentials',
-  '*.credentials',
-  // A Redis URL may carry a password (redis://:secret@host).
-  'redisUrl',
-  '*.redisUrl',
-];
-
-export function createLogger(level: string, destination?: DestinationStream): Logger {
-  const options = { level, redact: { paths: redactedPaths, censor: '[redacted]' } };
-  return destination ? pino(options, destination) : pino(options);
-}
-
 /** Counts Kubernetes API writes by verb and HTTP status code (0: no response). */
-export function kubeRequestCounter(registry: Registry): (verb: string, code: number) => void {
+function kubeRequestCounter(registry: Registry): (verb: string, code: number) => void {
   const counter = new Counter({
     name: 'rollcall_kube_requests_total',
     help: 'Kubernetes API write requests made by worker functions, by verb and HTTP status code (0: no response)',
@@ -57,6 +37,25 @@ export function kubeRequestCounter(registry: Registry): (verb: string, code: num
     registers: [registry],
   });
   return (verb, code) => counter.inc({ verb, code: String(code) });
+}
+
+/** Times the stages of function runs (read, compute, write), for the latency breakdown. */
+function stageTimer(registry: Registry): (fn: string) => FunctionContext['timed'] {
+  const histogram = new Histogram({
+    name: 'rollcall_function_stage_seconds',
+    help: 'Time a function run spends reading projections, computing, and writing to the API',
+    labelNames: ['function', 'stage'],
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+    registers: [registry],
+  });
+  return (fn) => async (stage, run) => {
+    const end = histogram.startTimer({ function: fn, stage });
+    try {
+      return await run();
+    } finally {
+      end();
+    }
+  };
 }
 
 /** Resolves true when `p` settles in time, false otherwise (p keeps running). */
@@ -71,12 +70,24 @@ function bounded(p: Promise<unknown>, ms: number): Promise<boolean> {
   ]).finally(() => clearTimeout(timer));
 }
 
-/** /readyz for the given roles: Redis answers, and a leading watcher has synced its informers. */
+/**
+ * /readyz for the given roles: Redis answers, and a leading watcher has synced its informers.
+ * `redis` (Sentinel, Cluster) adds which node is primary and the last failover to the detail.
+ */
 export async function readiness(
   ping: () => Promise<string>,
   watcher: Pick<Watcher, 'isLeader' | 'isReady' | 'leaseProblem'> | undefined,
+  redis?: () => string,
 ): Promise<Readiness> {
-  const pong = await ping().catch((err: unknown) => (err as Error).message);
+  const r = await readinessOf(ping, watcher);
+  return redis ? { ...r, detail: `${r.detail} (Redis ${redis()})` } : r;
+}
+
+async function readinessOf(
+  ping: () => Promise<string>,
+  watcher: Pick<Watcher, 'isLeader' | 'isReady' | 'leaseProblem'> | undefined,
+): Promise<Readiness> {
+  const pong = await ping().catch(errorText);
   if (pong !== 'PONG') return { ready: false, detail: `Redis does not answer (${pong})` };
   if (!watcher) return { ready: true, detail: 'Redis answers' };
   if (!watcher.isLeader()) {
@@ -109,6 +120,13 @@ export async function startRoles(
 
   const producer = createRedis(config.redisUrl, 'producer');
   producer.on('error', (err) => logger.warn({ err: err.message }, 'redis (producer) error'));
+  // Sentinel and Cluster: which node is primary for rollcall's keys, and failovers (/readyz, metrics).
+  const primary = isReplicated(producer)
+    ? new RedisPrimaryTracker(producer, new ProjectionStore(producer).syncedKey, {
+        registry,
+        onFailover: ({ from, to }) => logger.warn({ from, to }, 'Redis primary changed (failover)'),
+      })
+    : undefined;
   const recordRequest = kubeRequestCounter(registry);
   const queueMetrics = new QueueMetrics({ registry, depth: () => queue.counts() });
   const queue = new WorkQueue({
@@ -121,7 +139,6 @@ export async function startRoles(
   if (roles.includes('watcher')) {
     watcher = new Watcher({
       kc,
-      redis: producer,
       queue,
       functions,
       namespace: config.namespace,
@@ -139,18 +156,31 @@ export async function startRoles(
     storeRedis.on('error', (err) => logger.warn({ err: err.message }, 'redis (projections) error'));
     const projections = new ProjectionStore(storeRedis);
     store = projections;
+    certificateExpiryGauge(registry, projections);
     const webhookCaBundle = config.webhookCaFile
       ? readFileSync(config.webhookCaFile).toString('base64')
       : undefined;
     const handlers: Record<string, Handler> = {};
+    const timedFor = stageTimer(registry);
     for (const fn of functions) {
+      const timed = timedFor(fn.name);
       handlers[fn.name] = (_key, ctx) => {
         const fctx: FunctionContext = {
           ...ctx,
           store: projections,
           kube: new KubeWriter(kc, ctx.acquireWriteToken, recordRequest),
-          config: { namespace: config.namespace, webhookUrl: config.webhookUrl, webhookCaBundle },
+          config: {
+            namespace: config.namespace,
+            webhookUrl: config.webhookUrl,
+            webhookCaBundle,
+            policyServerImage: config.policyServerImage,
+            caValidityMs: config.caValidityMs,
+            servingCertValidityMs: config.servingCertValidityMs,
+            tlsPropagationDelayMs: config.tlsPropagationDelayMs,
+          },
           now: () => new Date(),
+          enqueue: async (keys) => void (await queue.enqueueMany(keys)),
+          timed,
         };
         return fn.handle(ctx.object.name, fctx);
       };
@@ -177,7 +207,7 @@ export async function startRoles(
     port: config.port,
     registry,
     logger,
-    ready: () => readiness(() => producer.ping(), watcher),
+    ready: () => readiness(() => producer.ping(), watcher, primary && (() => primary.describe())),
     extend: (app) => mountUis(app, { access, queue: queue.queue, store: pageStore, logger }),
   });
   logger.info({ roles, port: http.port, namespace: config.namespace }, 'rollcall started');
@@ -202,6 +232,7 @@ export async function startRoles(
           logger.warn({ step: what, ms }, 'shutdown step did not finish in time; going on');
         stuck ||= !done;
       };
+      primary?.stop();
       await step('http', () => http.close());
       await step('watcher', async () => watcher?.stop());
       await step('worker', async () => worker?.close(), 30_000); // includes the jobs' grace period

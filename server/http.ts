@@ -4,6 +4,7 @@ import { serve, type ServerType } from '@hono/node-server';
 import { Hono } from 'hono';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
+import { errorText } from '../kube/errors.ts';
 
 /** What /readyz answers: ready or not, and a line an operator can act on. */
 export interface Readiness {
@@ -47,7 +48,7 @@ export function createApp(opts: Omit<HttpServerOptions, 'port'>): Hono {
     const r = await withTimeout(
       opts.ready().catch((err: unknown): Readiness => ({
         ready: false,
-        detail: `readiness check failed: ${(err as Error).message}`,
+        detail: `readiness check failed: ${errorText(err)}`,
       })),
       ms,
       { ready: false, detail: `readiness check took over ${ms} ms` },

@@ -1,20 +1,19 @@
 // The status page at `/`: every PolicyServer with its replicas, and per server a matrix of
 // its policies × its pods showing what each replica reported. Read from the Redis projections
-// the watcher keeps (one round trip per server), never from the API server, so a page view
+// the watcher keeps (two round trips per server), never from the API server, so a page view
 // costs the cluster nothing. `statusModel` is pure; `renderStatusPage` only formats.
 import type { Hono } from 'hono';
 import { html, raw } from 'hono/html';
 import type { HtmlEscapedString } from 'hono/utils/html';
-import { REPORT_ANNOTATION } from '../api/constants.ts';
 import type { Pod } from '../api/kube.ts';
-import { readReplicaReport } from '../api/report.ts';
+import { policyReport, type ReportReading } from '../api/report.ts';
 import {
   policySchema,
   policyServerSchema,
   type Policy,
   type PolicyServer,
 } from '../api/v1alpha1.ts';
-import type { ProjectionStore } from '../projections/store.ts';
+import type { ProjectedPod, ProjectionStore } from '../projections/store.ts';
 import { queueLink } from './queue-ui.ts';
 
 export type CellState = 'Loaded' | 'Loading' | 'Failed' | 'Stale' | 'Missing';
@@ -62,14 +61,11 @@ const isPodReady = (pod: Pod) =>
   pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 /** What one replica says about one policy, judged against the policy's current generation. */
-export function cellFor(
-  report: ReturnType<typeof readReplicaReport>,
-  policy: string,
-  generation: number,
-): Cell {
+export function cellFor(reading: ReportReading, policy: string, generation: number): Cell {
+  const report = policyReport(reading, policy);
   if (report.kind === 'absent') return { state: 'Missing', message: 'no report yet' };
   if (report.kind === 'invalid') return { state: 'Failed', message: report.reason };
-  const entry = report.report[policy];
+  const entry = report.entry;
   if (!entry) return { state: 'Missing', message: 'not in report' };
   if (entry.generation !== generation)
     return {
@@ -89,7 +85,7 @@ const summaryOf = (obj: Policy | PolicyServer) =>
 export function statusModel(
   rawPolicies: unknown[],
   rawServers: unknown[],
-  podsByServer: ReadonlyMap<string, Pod[]>,
+  podsByServer: ReadonlyMap<string, readonly ProjectedPod[]>,
 ): StatusModel {
   const invalid: string[] = [];
   const parseAll = <T extends { metadata: { name: string } }>(
@@ -115,9 +111,7 @@ export function statusModel(
     const pods = [...(podsByServer.get(name) ?? [])].sort((a, b) =>
       (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? ''),
     );
-    const reports = pods.map((p) =>
-      readReplicaReport(p.metadata?.annotations?.[REPORT_ANNOTATION]),
-    );
+    const reports = pods.map((p) => p.report);
     const replicas = pods.map((pod, i): ReplicaColumn => {
       const report = reports[i]!;
       return {
@@ -157,7 +151,7 @@ export function statusModel(
 }
 
 /** Reads the projections: one HVALS per kind and one per server. */
-export async function loadStatusModel(store: ProjectionStore): Promise<StatusModel> {
+async function loadStatusModel(store: ProjectionStore): Promise<StatusModel> {
   const [policies, servers] = await Promise.all([store.all('policy'), store.all('policyserver')]);
   const names = servers
     .map((s) => (s as { metadata?: { name?: string } }).metadata?.name)

@@ -95,9 +95,11 @@ async function handle(
 ): Promise<void> {
   const url = new URL(req.url ?? '/', 'https://sim');
   if (req.method === 'GET' && url.pathname === '/healthz') return reply(res, 200, { ok: true });
-  const match = /^\/validate\/([a-z0-9][a-z0-9.-]*)$/.exec(url.pathname);
+  // `/validate/<policy>/<generation>` (the webhook pins a generation; the simulator answers
+  // with the policy as its watch sees it) or the older `/validate/<policy>`.
+  const match = /^\/validate\/([a-z0-9][a-z0-9.-]*)(?:\/[1-9][0-9]*)?$/.exec(url.pathname);
   if (req.method !== 'POST' || !match)
-    return reply(res, 404, { error: 'expected POST /validate/<policy>' });
+    return reply(res, 404, { error: 'expected POST /validate/<policy>/<generation>' });
   const name = match[1]!;
 
   let body = '';

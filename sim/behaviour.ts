@@ -1,30 +1,18 @@
 // The simulated policy server's behaviour, as a pure function of a policy's `module` URL.
 // Dev tooling for the local cluster only: a real policy server loads real modules.
 import { createHash } from 'node:crypto';
+import type { ReportEntry } from '../api/report.ts';
 
-export type ReplicaState = 'Loading' | 'Loaded' | 'Failed';
-
-export interface ReportEntry {
-  generation: number;
-  state: ReplicaState;
-  message?: string;
-  serving?: number;
-}
+export type { ReportEntry };
 
 /** What a policy at one generation is, from a replica's point of view. */
 export interface SimPolicy {
   name: string;
+  /** The Policy's metadata.uid, written into every entry (report contract v2). */
+  uid: string;
   generation: number;
   module: string;
 }
-
-export type Behaviour =
-  | { kind: 'ok' }
-  | { kind: 'fail'; message: string }
-  | { kind: 'slow'; ms: number }
-  | { kind: 'flaky'; p: number }
-  | { kind: 'deny'; message: string }
-  | { kind: 'unknown' };
 
 /**
  * sim://ok loads; sim://fail?message=TEXT fails with TEXT; sim://slow?ms=N reports Loading
@@ -32,6 +20,20 @@ export type Behaviour =
  * sim://deny?message=TEXT loads and denies every request it is asked about. Other URLs are
  * a real server's business: the simulator leaves them out of its report.
  */
+const behaviours = {
+  ok: () => ({}),
+  fail: (q) => ({ message: q.get('message') ?? 'policy failed to load' }),
+  slow: (q) => ({ ms: Math.max(0, Number(q.get('ms') ?? 5000) || 0) }),
+  flaky: (q) => ({ p: Math.min(1, Math.max(0, Number(q.get('p') ?? 0.5) || 0)) }),
+  deny: (q) => ({ message: q.get('message') ?? 'denied by policy' }),
+} satisfies Record<string, (query: URLSearchParams) => object>;
+
+type Kind = keyof typeof behaviours;
+
+/** A `sim://` module's behaviour: its kind and what its query says; `unknown` for any other URL. */
+export type Behaviour =
+  { [K in Kind]: { kind: K } & ReturnType<(typeof behaviours)[K]> }[Kind] | { kind: 'unknown' };
+
 export function behaviourOf(module: string): Behaviour {
   let url: URL;
   try {
@@ -39,22 +41,9 @@ export function behaviourOf(module: string): Behaviour {
   } catch {
     return { kind: 'unknown' };
   }
-  if (url.protocol !== 'sim:') return { kind: 'unknown' };
-  const q = url.searchParams;
-  switch (url.hostname || url.pathname.replace(/^\/\//, '')) {
-    case 'ok':
-      return { kind: 'ok' };
-    case 'fail':
-      return { kind: 'fail', message: q.get('message') ?? 'policy failed to load' };
-    case 'slow':
-      return { kind: 'slow', ms: Math.max(0, Number(q.get('ms') ?? 5000) || 0) };
-    case 'flaky':
-      return { kind: 'flaky', p: Math.min(1, Math.max(0, Number(q.get('p') ?? 0.5) || 0)) };
-    case 'deny':
-      return { kind: 'deny', message: q.get('message') ?? 'denied by policy' };
-    default:
-      return { kind: 'unknown' };
-  }
+  const kind = url.hostname || url.pathname.replace(/^\/\//, '');
+  if (url.protocol !== 'sim:' || !Object.hasOwn(behaviours, kind)) return { kind: 'unknown' };
+  return { kind, ...behaviours[kind as Kind](url.searchParams) } as Behaviour;
 }
 
 /** A stable draw in [0, 1) per replica and generation, so a flaky policy's verdict does not flap between reports. */
@@ -77,6 +66,8 @@ export function reportEntry(
   now: number,
 ): { entry: ReportEntry; recheckAt?: number } | undefined {
   const behaviour = behaviourOf(policy.module);
+  // An entry about a deleted namesake says nothing about this Policy.
+  if (previous?.uid !== policy.uid) previous = undefined;
   // A failed reload keeps enforcing what this replica had loaded before.
   const serving =
     previous === undefined
@@ -86,15 +77,17 @@ export function reportEntry(
         : previous.state === 'Loaded'
           ? previous.generation
           : previous.serving;
+  const { uid, generation } = policy;
   const failed = (message: string) => ({
     entry: {
-      generation: policy.generation,
+      uid,
+      generation,
       state: 'Failed' as const,
       message,
       ...(serving ? { serving } : {}),
     },
   });
-  const loaded = { entry: { generation: policy.generation, state: 'Loaded' as const } };
+  const loaded = { entry: { uid, generation, state: 'Loaded' as const } };
   switch (behaviour.kind) {
     case 'unknown':
       return undefined;
@@ -109,7 +102,7 @@ export function reportEntry(
       const readyAt = loadingSince + behaviour.ms;
       if (now >= readyAt) return loaded;
       return {
-        entry: { generation: policy.generation, state: 'Loading', ...(serving ? { serving } : {}) },
+        entry: { uid, generation, state: 'Loading', ...(serving ? { serving } : {}) },
         recheckAt: readyAt,
       };
     }

@@ -22,6 +22,8 @@ export interface SimOptions {
   logger: Logger;
 }
 
+const retryWriteMs = 1_000;
+
 const isReady = (pod: V1Pod) =>
   pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
@@ -39,13 +41,15 @@ export function simulatedReport(
   const report: Record<string, ReportEntry> = {};
   let recheckAt: number | undefined;
   for (const p of policies) {
-    const name = p.metadata.name;
+    const { name, uid } = p.metadata;
     const generation = p.metadata.generation ?? 1;
+    // Only sim:// modules are the simulator's; CEL policies are a real server's business.
+    if (uid === undefined || p.spec.module === undefined) continue;
     const sinceKey = `${pod}/${name}/${generation}`;
     if (!since.has(sinceKey)) since.set(sinceKey, now);
     const result = reportEntry(
       pod,
-      { name, generation, module: p.spec.module },
+      { name, uid, generation, module: p.spec.module },
       previous[name],
       since.get(sinceKey)!,
       now,
@@ -59,9 +63,9 @@ export function simulatedReport(
 }
 
 /** The part of a Policy the simulator reads, as the watch delivers it. */
-type SimPolicyObject = KubernetesObject & {
-  metadata: { name: string; generation?: number };
-  spec: { policyServer: string; module: string; mode?: string };
+export type SimPolicyObject = KubernetesObject & {
+  metadata: { name: string; uid?: string; generation?: number };
+  spec: { policyServer: string; module?: string; mode?: string };
 };
 
 export class Simulator {
@@ -105,7 +109,8 @@ export class Simulator {
   /** A policy as the simulator's watch sees it (the admission server asks this). */
   policy(name: string): { module: string; mode?: string } | undefined {
     const p = this.policies.get(name);
-    return p && { module: p.spec.module, ...(p.spec.mode ? { mode: p.spec.mode } : {}) };
+    if (p?.spec.module === undefined) return undefined;
+    return { module: p.spec.module, ...(p.spec.mode ? { mode: p.spec.mode } : {}) };
   }
 
   async stop(): Promise<void> {
@@ -157,9 +162,12 @@ export class Simulator {
           },
           setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
         )
-        .catch((err: unknown) =>
-          this.options.logger.warn({ err, pod: name }, 'could not write report'),
-        );
+        .catch((err: unknown) => {
+          // A real server retries its report until it lands (report-publisher.ts); so does the
+          // simulator, or a pod whose write met a restarting apiserver would never report.
+          this.options.logger.warn({ err, pod: name }, 'could not write report; retrying in 1 s');
+          next = Math.min(next ?? Infinity, Date.now() + retryWriteMs);
+        });
     }
     clearTimeout(this.timer);
     if (next !== undefined)

@@ -1,21 +1,71 @@
 // `npm test`: starts one local cluster and one Redis for the whole run, runs every test file
 // with node:test, and tears both down at the end, also when tests fail or the run is
-// interrupted. Unit tests alone: `npm run test:unit` (no cluster, no Redis).
+// interrupted. Unit tests alone: `npm run test:unit` (no cluster, no Redis). Before any test it
+// makes sure the machine has what the chosen files need (openssl, chromium, ps, podman,
+// mmdebstrap): installed with apt-get when running as root, otherwise one line says what to
+// install and the run stops.
 //
 // Extra arguments go to node --test, e.g. `npm test -- --test-name-pattern=webhook`.
 // ROLLCALL_TEST_FILES narrows the files (a glob), e.g. ROLLCALL_TEST_FILES='test/integration/queue/*.test.ts'.
 import { spawn } from 'node:child_process';
-import { join } from 'node:path';
+import { globSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, relative, resolve } from 'node:path';
 import { down, up } from '../cluster/cluster.ts';
 import { repoRoot } from '../cluster/paths.ts';
+import { processAlive } from '../cluster/process.ts';
 import { startRedis } from '../cluster/redis.ts';
+import { imageToolNeeds } from '../image/podman.ts';
+import {
+  ensureSystemPackages,
+  localClusterNeeds,
+  MissingSystemPackageError,
+  type SystemNeed,
+} from '../cluster/system-packages.ts';
 
-const clusterDir = join(repoRoot, '.rollcall', 'test');
+/** `base`, or `base-<pid>` when a live run already holds `base` (its pid is in run.pid). */
+function claimTestDir(base: string): string {
+  let holder: number | undefined;
+  try {
+    holder = Number(readFileSync(join(base, 'run.pid'), 'utf8'));
+  } catch {
+    holder = undefined; // no run yet
+  }
+  const busy = holder !== undefined && holder !== process.pid && processAlive(holder);
+  const dir = busy ? `${base}-${process.pid}` : base;
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'run.pid'), String(process.pid));
+  return dir;
+}
+
 const log = (line: string) => console.error(`[test] ${line}`);
 const files = process.env.ROLLCALL_TEST_FILES?.split(' ') ?? [
   'test/unit/**/*.test.ts',
   'test/integration/**/*.test.ts',
 ];
+
+// Redis is installed by startRedis; Go is checked by the cluster build. The rest, before any test:
+const needs: SystemNeed[] = [...localClusterNeeds];
+const fileNeeds: Record<string, readonly Omit<SystemNeed, 'neededBy'>[]> = {
+  'test/integration/ops/surface.test.ts': [{ command: 'chromium', debianPackage: 'chromium' }],
+  'test/integration/cluster/lifecycle.test.ts': [{ command: 'ps', debianPackage: 'procps' }],
+  'test/integration/deploy/image.test.ts': imageToolNeeds,
+};
+for (const file of globSync(files, { cwd: repoRoot })) {
+  for (const need of fileNeeds[relative(repoRoot, resolve(repoRoot, file))] ?? [])
+    needs.push({ ...need, neededBy: file });
+}
+let commands: Map<string, string>;
+try {
+  commands = ensureSystemPackages(needs, log);
+} catch (err) {
+  if (!(err instanceof MissingSystemPackageError)) throw err;
+  log(err.message);
+  process.exit(1);
+}
+
+// A second `npm test` while one runs (another checkout's helper, a second terminal) gets its
+// own cluster directory instead of tearing down the first one's cluster.
+const clusterDir = claimTestDir(join(repoRoot, '.rollcall', 'test'));
 
 log('starting the local cluster and Redis for this test run');
 const [cluster, redis] = await Promise.all([
@@ -42,6 +92,7 @@ const child = spawn(
       KUBECONFIG: cluster.kubeconfig,
       ROLLCALL_LOCAL_DIR: clusterDir,
       REDIS_URL: redis.url,
+      ...(commands.has('chromium') ? { ROLLCALL_CHROMIUM: commands.get('chromium') } : {}),
     },
   },
 );

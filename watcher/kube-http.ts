@@ -78,17 +78,3 @@ export function asStatus(value: unknown): KubeStatus | undefined {
     message: typeof message === 'string' ? message : undefined,
   };
 }
-
-/** HTTP status of an error from this module, from client-node's Watch (`statusCode`) or its generated clients (`code`). */
-export function statusCodeOf(err: unknown): number | undefined {
-  if (typeof err !== 'object' || err === null) return undefined;
-  const { statusCode, code } = err as { statusCode?: unknown; code?: unknown };
-  if (typeof statusCode === 'number') return statusCode;
-  return typeof code === 'number' ? code : undefined;
-}
-
-/** An error in an operator's words: fetch reports "fetch failed" and keeps the reason in `cause`. */
-export function errorText(err: unknown): string {
-  if (!(err instanceof Error)) return String(err);
-  return err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message;
-}

@@ -7,7 +7,7 @@ import {
   type KubeConfig,
   type V1Lease,
 } from '@kubernetes/client-node';
-import { errorText, statusCodeOf } from './kube-http.ts';
+import { errorText, statusCodeOf } from '../kube/errors.ts';
 
 export interface LeaderElectorOptions {
   kc: KubeConfig;

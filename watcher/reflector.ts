@@ -3,8 +3,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Watch, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
 import { z } from 'zod';
-import { backoffDelay, spread, type BackoffOptions } from './backoff.ts';
-import { asStatus, getJson, statusCodeOf, type KubeStatus } from './kube-http.ts';
+import { statusCodeOf } from '../kube/errors.ts';
+import { backoffDelay, spread, type BackoffOptions } from '../queue/backoff.ts';
+import { asStatus, getJson, type KubeStatus } from './kube-http.ts';
 
 /** The event types a watch stream carries. */
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
@@ -72,6 +73,8 @@ export interface ReflectorOptions<T extends KubernetesObject> extends ReflectorH
   path: string;
   labelSelector?: string;
   fieldSelector?: string;
+  /** Applied to every listed or watched object before it is stored or delivered (e.g. to drop a Secret's data). */
+  transform?: (obj: T) => T;
   /** Objects per list page (`limit`). Default 500. */
   pageSize?: number;
   /** Server-side watch timeout; each watch asks for a random value in [t, 2t). Default 300 s. */
@@ -85,8 +88,8 @@ export interface ReflectorOptions<T extends KubernetesObject> extends ReflectorH
   staleAfterMs?: number;
   /** Period of `onResync`. Default 10 min; 0 disables it. */
   resyncMs?: number;
-  /** Delays after failures. Default 200 ms doubling to 30 s, with jitter. */
-  backoff?: BackoffOptions;
+  /** Delays after failures; unset fields come from `defaultWatchBackoff`. */
+  backoff?: Partial<BackoffOptions>;
   /**
    * Seeds the store and watches from `resourceVersion` instead of listing first, e.g. to
    * resume from a projection persisted with the version it reflects (see `resourceVersion`).
@@ -158,6 +161,14 @@ const listSchema = z.looseObject({
   metadata: z.looseObject({ resourceVersion: z.string(), continue: z.string().optional() }),
   items: z.array(objectSchema),
 });
+
+/** The reflector's retries: 200 ms doubling to 30 s, 50 % jitter. */
+export const defaultWatchBackoff: BackoffOptions = {
+  baseMs: 200,
+  capMs: 30_000,
+  factor: 2,
+  jitter: 0.5,
+};
 
 /** A watch lasting this long counts as healthy even without data, so the next failure backs off from the start. */
 const healthyWatchMs = 1_000;
@@ -263,7 +274,8 @@ export class Reflector<T extends KubernetesObject> {
   }
 
   async #run(signal: AbortSignal): Promise<void> {
-    const { metrics, logger, backoff } = this.#options;
+    const { metrics, logger } = this.#options;
+    const backoff = { ...defaultWatchBackoff, ...this.#options.backoff };
     let relist: RelistReason | undefined =
       this.#resourceVersion === undefined ? 'initial' : undefined;
     let failures = 0;
@@ -280,7 +292,7 @@ export class Reflector<T extends KubernetesObject> {
           logger?.warn({ err, path: this.#options.path }, 'list failed; retrying');
           // An expired continue token (410) is answered by listing from the start.
           relist = statusCodeOf(err) === 410 ? 'gone' : relist;
-          delay = backoffDelay(failures++, backoff);
+          delay = backoffDelay(++failures, backoff);
         }
       } else {
         const outcome = await this.#watch(signal);
@@ -301,7 +313,7 @@ export class Reflector<T extends KubernetesObject> {
         if (outcome.reason === 'gone') relist = 'gone';
         if (outcome.sawData) failures = 0;
         const healthy = outcome.sawData || outcome.openMs >= healthyWatchMs;
-        if (outcome.reason === 'error' || !healthy) delay = backoffDelay(failures++, backoff);
+        if (outcome.reason === 'error' || !healthy) delay = backoffDelay(++failures, backoff);
       }
       if (delay > 0) await sleep(delay, undefined, { signal }).catch(() => {});
     }
@@ -324,8 +336,10 @@ export class Reflector<T extends KubernetesObject> {
       );
       // List items carry no apiVersion/kind; fill them in so consumers see the same shape as from the watch.
       const kind = page.kind?.replace(/List$/, '');
-      for (const item of page.items)
-        items.push({ apiVersion: page.apiVersion, kind, ...item } as unknown as T);
+      for (const item of page.items) {
+        const obj = { apiVersion: page.apiVersion, kind, ...item } as unknown as T;
+        items.push(this.#options.transform ? this.#options.transform(obj) : obj);
+      }
       resourceVersion = page.metadata.resourceVersion;
       continueToken = page.metadata.continue || undefined;
     } while (continueToken);
@@ -406,7 +420,8 @@ export class Reflector<T extends KubernetesObject> {
         this.#options.logger?.warn({ type, path }, 'ignoring a malformed watch event');
         return;
       }
-      this.#apply(type, parsed.data as unknown as T);
+      const item = parsed.data as unknown as T;
+      this.#apply(type, this.#options.transform ? this.#options.transform(item) : item);
     };
 
     let controller: AbortController | undefined;
@@ -460,12 +475,15 @@ export class Reflector<T extends KubernetesObject> {
  * reopened every 30 s. Its limit is a private field; when it exists, it is moved behind
  * our own stale detection (which then decides), else the 30 s limit stays and counts as `stale`.
  */
-function watchWithoutInactivityLimit(kc: KubeConfig, staleAfterMs: number): Watch {
+export function watchWithoutInactivityLimit(kc: KubeConfig, staleAfterMs: number): Watch {
   const watch = new Watch(kc);
-  if (typeof Reflect.get(watch, 'requestTimeoutMs') === 'number')
-    Reflect.set(watch, 'requestTimeoutMs', staleAfterMs + 5_000);
+  if (typeof Reflect.get(watch, watchInactivityField) === 'number')
+    Reflect.set(watch, watchInactivityField, staleAfterMs + 5_000);
   return watch;
 }
+
+/** client-node's private Watch field for its inactivity limit (pinned by a unit test). */
+export const watchInactivityField = 'requestTimeoutMs';
 
 function errOutcome(err: unknown): Pick<WatchOutcome, 'reason' | 'error'> {
   const reason = classifyWatchEnd(err);

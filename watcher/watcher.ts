@@ -2,9 +2,8 @@
 // about; each change updates its compact projection in Redis, then enqueues the keys the
 // functions want for it. It never reconciles anything itself.
 import type { KubeConfig, KubernetesObject } from '@kubernetes/client-node';
-import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { Gauge, Histogram, type Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { MANAGED_BY, MANAGED_BY_LABEL, POLICY_SERVER_LABEL } from '../api/constants.ts';
 import type {
   ClusterIndex,
@@ -13,15 +12,27 @@ import type {
   WatchEvent,
   WatchedObject,
 } from '../functions/types.ts';
-import { podServer, ProjectionStore, type ProjectedKind } from '../projections/store.ts';
+import { serversUsingSecret } from '../functions/managed-tls-core.ts';
+import {
+  compact,
+  podServer,
+  ProjectionStore,
+  serverOf,
+  type ProjectedKind,
+} from '../projections/store.ts';
 import type { WorkQueue } from '../queue/index.ts';
+import { isReplicated } from '../queue/redis-client.ts';
 import { LeaderElector } from './leader.ts';
 import { reflectorMetrics } from './metrics.ts';
-import { Reflector } from './reflector.ts';
+import { objectKey, Reflector } from './reflector.ts';
 
 export interface WatcherOptions {
   kc: KubeConfig;
-  redis: Redis;
+  /**
+   * Where the keys go. The projections are written on its connection too: Redis runs the
+   * commands of one connection in order, so an event's projection is written before its keys
+   * are added even though both are sent at once.
+   */
   queue: WorkQueue;
   functions: readonly ReconcileFunction[];
   /** rollcall's namespace: policy-server Deployments, ReplicaSets and pods live here. */
@@ -38,7 +49,7 @@ export interface WatcherOptions {
   resyncMs?: number;
   /** How often to check that Redis still holds the projections. Default 2 s. */
   redisCheckMs?: number;
-  /** A watch silent this long (no event, no bookmark) is restarted. Default 90 s. */
+  /** A watch silent this long (no event, no bookmark) is restarted. Default: the reflector's, 150 s. */
   staleAfterMs?: number;
   metrics?: Registry;
 }
@@ -50,6 +61,15 @@ interface Watched {
   labelSelector?: string;
 }
 
+/** An event whose writes failed, kept to be written again from the informer once Redis answers. */
+interface Unwritten {
+  w: Watched;
+  /** The object as the event had it (written as deleted if the informer no longer has it). */
+  object: KubernetesObject;
+  /** The version before the first failed event: its old server's entries may still hold it. */
+  old: KubernetesObject | undefined;
+}
+
 export class Watcher {
   private readonly options: WatcherOptions;
   private readonly store: ProjectionStore;
@@ -59,8 +79,24 @@ export class Watcher {
   /** Policy names by the PolicyServer they name, for mapping server-side events to keys. */
   private readonly policiesByServer = new Map<string, Set<string>>();
   private live = false;
-  /** A projection write or enqueue failed (Redis away): rebuild everything once it answers. */
+  /**
+   * Rebuild everything at the next check: a projection write or enqueue failed (one Redis), a
+   * rebuild failed, or the primary lacks writes it acknowledged (Sentinel, Cluster).
+   */
   private lostWrites = false;
+  /**
+   * Sentinel and Cluster only. A failover may promote a replica that missed the last writes
+   * (replication is asynchronous), and a write that failed while no primary answered is not
+   * lost by Redis. So the watcher counts its writes in Redis (`proj:generation`, after each
+   * event's projection and keys: replication keeps that order) and remembers the count it was
+   * acknowledged. A primary whose count is lower lost writes and gets a full rebuild; failed
+   * writes are written again, one object each, from the informers.
+   */
+  private readonly countsWrites: boolean;
+  /** The write count Redis acknowledged last, while leading. */
+  private acked: number | undefined;
+  /** Failed writes by object (countsWrites only): bounded by the number of watched objects. */
+  private readonly unwritten = new Map<string, Unwritten>();
   /**
    * Projection writes and rebuilds run one at a time: a rebuild's snapshot must never
    * overwrite an event that was written after the snapshot was taken.
@@ -69,10 +105,23 @@ export class Watcher {
   /** Policies whose new generation has no status yet: when the watcher saw that generation. */
   private readonly awaitingStatus = new Map<string, { generation: number; since: number }>();
   private readonly convergence: Histogram | undefined;
+  /** Where an event's time goes in the watcher: waiting its turn, the projection, the enqueue. */
+  private readonly eventStages: Histogram<'resource' | 'stage'> | undefined;
+  private readonly rebuilds: Counter<'reason'> | undefined;
 
   constructor(options: WatcherOptions) {
     this.options = options;
-    this.store = new ProjectionStore(options.redis, options.prefix);
+    const redis = options.queue.redis;
+    this.store = new ProjectionStore(redis, options.prefix);
+    this.countsWrites = isReplicated(redis);
+    // Once a new primary answers, write what failed during the failover now, not at the next check.
+    if (this.countsWrites)
+      redis.on('ready', () => {
+        if (this.live)
+          this.checkRedis().catch((err: unknown) =>
+            options.logger.warn({ err }, 'writing the failed writes again failed'),
+          );
+      });
     this.elector = new LeaderElector({
       kc: options.kc,
       namespace: options.namespace,
@@ -98,6 +147,19 @@ export class Watcher {
         name: 'rollcall_policy_status_latency_seconds',
         help: "From the watcher seeing a Policy's new generation to seeing a status with that observedGeneration",
         buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120],
+        registers,
+      });
+      this.eventStages = new Histogram({
+        name: 'rollcall_watcher_event_seconds',
+        help: 'Time the watcher spends on one watch event: queued behind earlier ones, writing its projection, enqueueing its keys',
+        labelNames: ['resource', 'stage'],
+        buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+        registers,
+      });
+      this.rebuilds = new Counter({
+        name: 'rollcall_watcher_rebuilds_total',
+        help: 'Full rewrites of the projections with every key enqueued, by reason',
+        labelNames: ['reason'],
         registers,
       });
     }
@@ -160,6 +222,13 @@ export class Watcher {
         path: '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations',
         labelSelector: `${MANAGED_BY_LABEL}=${MANAGED_BY}`,
       },
+      {
+        // The webhook CA, the serving certificates and caSecretRef Secrets (cert-manager's
+        // carry no label of ours, hence every Secret of the namespace), metadata only.
+        kind: 'Secret',
+        projected: 'secret',
+        path: `/api/v1/namespaces/${ns}/secrets`,
+      },
     ];
   }
 
@@ -171,6 +240,10 @@ export class Watcher {
         kc: this.options.kc,
         path: w.path,
         labelSelector: w.labelSelector,
+        // The informers keep each object as its compact projection, as controller-runtime's
+        // cache transforms do: no managed fields, specs or annotations rollcall never reads
+        // (and no Secret data: private keys never reach memory or Redis).
+        transform: (obj) => compact(w.projected, obj) as KubernetesObject,
         staleAfterMs: this.options.staleAfterMs,
         resyncMs: 0, // one resync timer for all kinds, below
         logger,
@@ -200,6 +273,8 @@ export class Watcher {
   private async standBy(): Promise<void> {
     this.live = false;
     this.awaitingStatus.clear();
+    this.acked = undefined;
+    this.unwritten.clear();
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
     const reflectors = [...this.reflectors.values()];
@@ -222,15 +297,20 @@ export class Watcher {
 
   /** Rewrites every projection from the informers' stores and enqueues every key. */
   private rebuild(why: string, goLive = false): Promise<void> {
-    return this.serialized(async () => {
-      if (goLive && this.live) return; // another reflector's sync got here first
-      // Stepped down meanwhile: empty stores must never overwrite the new leader's projections.
-      if (this.reflectors.size === 0) return;
-      const objects: Partial<Record<ProjectedKind, KubernetesObject[]>> = {};
-      for (const w of this.watched())
-        objects[w.projected] = this.reflectors.get(w.kind)?.list() ?? [];
-      this.policiesByServer.clear();
-      for (const p of objects.policy ?? []) this.index(p, undefined);
+    return this.serialized(() => this.rebuildNow(why, goLive));
+  }
+
+  /** rebuild's body, for callers already in the write order. */
+  private async rebuildNow(why: string, goLive = false): Promise<void> {
+    if (goLive && this.live) return; // another reflector's sync got here first
+    // Stepped down meanwhile: empty stores must never overwrite the new leader's projections.
+    if (this.reflectors.size === 0) return;
+    const objects: Partial<Record<ProjectedKind, KubernetesObject[]>> = {};
+    for (const w of this.watched())
+      objects[w.projected] = this.reflectors.get(w.kind)?.list() ?? [];
+    this.policiesByServer.clear();
+    for (const p of objects.policy ?? []) this.index(p, undefined);
+    try {
       await this.store.replaceAll(objects as never);
       // Live from inside the write order: an event that arrived after the snapshot is queued
       // behind this section and must be written, not skipped as "before live".
@@ -240,7 +320,17 @@ export class Watcher {
         'projections written',
       );
       await this.enqueueAll(why);
-    });
+      this.rebuilds?.inc({ reason: why });
+      if (!this.countsWrites) return;
+      // The snapshot covered every failed write (none run while a rebuild does), and the count
+      // it leaves is the one to compare with from now on.
+      this.unwritten.clear();
+      this.lostWrites = false;
+      this.acked = await this.store.countWrite();
+    } catch (err) {
+      if (this.countsWrites) this.lostWrites = true;
+      throw err;
+    }
   }
 
   /** A Redis that restarted empty has lost the projections and the queue: rebuild both. */
@@ -248,6 +338,7 @@ export class Watcher {
     // The initial rebuild failed (Redis was away just then): try again, or the watcher would
     // hold the lease without ever going live.
     if (!this.live) return this.maybeGoLive();
+    if (this.countsWrites) return this.serialized(() => this.checkWrites());
     if (this.lostWrites) {
       this.lostWrites = false;
       this.options.logger.warn(
@@ -265,6 +356,48 @@ export class Watcher {
     }
   }
 
+  /**
+   * Sentinel and Cluster (in the write order, so no count is in flight): a primary that lacks
+   * writes it acknowledged, or the synced marker, gets a full rebuild; otherwise only the
+   * writes that failed are written again.
+   */
+  private async checkWrites(): Promise<void> {
+    const { logger } = this.options;
+    const { synced, generation } = await this.store.writeState();
+    const lost = !synced || generation < (this.acked ?? 0);
+    if (lost)
+      logger.warn(
+        { synced, generation, acknowledged: this.acked },
+        'the Redis primary lacks writes it acknowledged (a failover to a replica that missed them, or a Redis that came back empty): rebuilding projections and enqueueing every key',
+      );
+    if (lost || this.lostWrites)
+      return this.rebuildNow(synced ? 'redis lost writes' : 'redis came back empty');
+    if (this.unwritten.size === 0) return;
+    const count = this.unwritten.size;
+    for (const [id, { w, object, old }] of this.unwritten) {
+      const current = this.reflectors.get(w.kind)?.get(objectKey(object));
+      await this.write(w, current ? 'modified' : 'deleted', current ?? object, old);
+      this.unwritten.delete(id);
+    }
+    logger.info(
+      { objects: count, generation: this.acked },
+      'Redis answers again and kept every acknowledged write: rewrote the failed writes, no rebuild',
+    );
+  }
+
+  /** Counts one more acknowledged write; a count not above the last one means the primary lost some. */
+  private async countWrite(): Promise<void> {
+    const count = await this.store.countWrite();
+    if (this.acked !== undefined && count <= this.acked) {
+      this.options.logger.warn(
+        { generation: count, acknowledged: this.acked },
+        'the Redis primary lacks writes it acknowledged: rebuilding at the next check',
+      );
+      this.lostWrites = true;
+    }
+    this.acked = count;
+  }
+
   private async changed(
     w: Watched,
     type: WatchEvent['type'],
@@ -276,31 +409,61 @@ export class Watcher {
         type === 'deleted' ? undefined : obj,
         old ?? (type === 'deleted' ? obj : undefined),
       );
-    const name = obj.metadata?.name ?? '';
+    let lap = performance.now();
+    const stage = (which: string) => {
+      const now = performance.now();
+      this.eventStages?.observe({ resource: w.projected, stage: which }, (now - lap) / 1000);
+      lap = now;
+    };
     await this.serialized(async () => {
       // Before going live the initial rebuild writes everything at once.
       if (!this.live) return;
+      stage('queued');
       if (w.kind === 'Policy') this.trackConvergence(type, obj, old);
       try {
-        // Projection first, then the key: a job must never read older state than its event.
-        if (type === 'deleted') await this.store.remove(w.projected, name, podServer(obj));
-        else {
-          const oldServer = old ? podServer(old) : undefined;
-          if (w.projected === 'pod' && oldServer !== podServer(obj))
-            await this.store.remove('pod', name, oldServer);
-          await this.store.put(w.projected, obj as never);
-        }
-        await this.enqueue({
-          kind: w.kind,
-          type,
-          object: obj as WatchedObject,
-          old: old as WatchedObject | undefined,
-        });
+        await this.write(w, type, obj, old, stage);
       } catch (err) {
-        this.lostWrites = true;
+        if (!this.countsWrites) this.lostWrites = true;
+        else {
+          const id = `${w.kind}/${objectKey(obj)}`;
+          this.unwritten.set(id, { w, object: obj, old: this.unwritten.get(id)?.old ?? old });
+        }
         throw err;
       }
     });
+  }
+
+  /**
+   * One event's writes: projection first, then the keys (a job must never read older state
+   * than its event). Both are sent at once, on one connection (see `queue`): one round trip.
+   */
+  private async write(
+    w: Watched,
+    type: WatchEvent['type'],
+    obj: KubernetesObject,
+    old: KubernetesObject | undefined,
+    stage: (which: 'projection' | 'enqueue') => void = () => {},
+  ): Promise<void> {
+    // `old`: filed under another server before (a pod relabelled, a Policy moved), it is unfiled.
+    const projection =
+      type === 'deleted'
+        ? this.store.remove(w.projected, obj, old)
+        : this.store.put(w.projected, obj, old);
+    const keys = this.enqueue({
+      kind: w.kind,
+      type,
+      object: obj as WatchedObject,
+      old: old as WatchedObject | undefined,
+    });
+    // Settled together, so that a failed projection never leaves its keys' promise unhandled.
+    const [written, enqueued] = await Promise.allSettled([
+      projection.then(() => stage('projection')),
+      keys,
+    ]);
+    if (written.status === 'rejected') throw written.reason;
+    if (enqueued.status === 'rejected') throw enqueued.reason;
+    stage('enqueue');
+    if (this.countsWrites) await this.countWrite();
   }
 
   /**
@@ -331,13 +494,11 @@ export class Watcher {
   }
 
   private index(now: KubernetesObject | undefined, before: KubernetesObject | undefined): void {
-    const serverOf = (o: KubernetesObject | undefined) =>
-      (o as { spec?: { policyServer?: string } } | undefined)?.spec?.policyServer;
     const name = (now ?? before)?.metadata?.name;
     if (!name) return;
-    const prev = serverOf(before);
+    const prev = before && serverOf('policy', before);
     if (prev) this.policiesByServer.get(prev)?.delete(name);
-    const next = serverOf(now);
+    const next = now && serverOf('policy', now);
     if (next) {
       const set = this.policiesByServer.get(next) ?? new Set<string>();
       set.add(name);
@@ -347,6 +508,8 @@ export class Watcher {
 
   private readonly clusterIndex: ClusterIndex = {
     policiesOfServer: (server) => [...(this.policiesByServer.get(server) ?? [])],
+    serversUsingSecret: (secret) =>
+      serversUsingSecret(secret, this.reflectors.get('PolicyServer')?.list() ?? []),
   };
 
   private keysFor(event: WatchEvent): string[] {
@@ -357,12 +520,9 @@ export class Watcher {
     await this.enqueueKeys(new Set(this.keysFor(event)));
   }
 
-  /** Enqueues in bounded batches: a resync may produce thousands of keys. */
+  /** Enqueues in bulk: one round trip per few hundred keys (a resync may produce thousands). */
   private async enqueueKeys(keys: Set<string>): Promise<void> {
-    const all = [...keys];
-    for (let i = 0; i < all.length; i += 200) {
-      await Promise.all(all.slice(i, i + 200).map((key) => this.options.queue.enqueue(key)));
-    }
+    await this.options.queue.enqueueMany([...keys]);
   }
 
   /** Every key that any watched object implies, each once (many pods imply the same policy keys). */

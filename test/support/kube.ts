@@ -5,7 +5,8 @@ import { getJson } from '../../watcher/kube-http.ts';
 
 /** The running test cluster; fails with a clear message when tests were not started by `npm test`. */
 export function testCluster(): ClusterState {
-  const state = process.env.KUBECONFIG ? readState() : undefined;
+  // Read now, not at import: `npm run soak` sets it after starting its own cluster.
+  const state = process.env.KUBECONFIG ? readState(process.env.ROLLCALL_LOCAL_DIR) : undefined;
   if (!state) {
     throw new Error(
       'integration tests need the local cluster: run them with `npm test` (test/run.ts starts it)',
@@ -62,8 +63,8 @@ export async function watchUntil<T extends KubernetesObject>(
         timeoutMs,
       );
       // A watch can end quietly (server timeout, client inactivity): start it again.
-      const start = () =>
-        new Watch(kc)
+      const start = (): void =>
+        void new Watch(kc)
           .watch(
             path,
             { fieldSelector, labelSelector, resourceVersion, allowWatchBookmarks: true },
@@ -77,7 +78,7 @@ export async function watchUntil<T extends KubernetesObject>(
               const quiet = !err || (err as Error).name === 'TimeoutError';
               if (quiet && !finished) start();
               else if (!quiet && (err as Error).name !== 'AbortError')
-                reject(err instanceof Error ? err : new Error(String(err)));
+                reject(err instanceof Error ? err : new Error(String(err), { cause: err }));
             },
           )
           .then((c) => (controller = c), reject);

@@ -3,6 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   CoreV1Api,
   CustomObjectsApi,
@@ -10,10 +11,16 @@ import {
   type KubeConfig,
 } from '@kubernetes/client-node';
 import { repoRoot } from '../../cluster/paths.ts';
+import { freePort } from '../../cluster/ports.ts';
+import { installCrds } from '../../roles/install-crds.ts';
+import { statusCodeOf } from '../../kube/errors.ts';
 import { redisUrl } from './redis.ts';
-import { testCluster } from './kube.ts';
+import { testCluster, testKubeConfig } from './kube.ts';
 
-export const logDir = join(repoRoot, '.rollcall', 'test', 'logs');
+export const logDir = join(
+  process.env.ROLLCALL_LOCAL_DIR ?? join(repoRoot, '.rollcall', 'test'),
+  'logs',
+);
 
 export interface RollcallProcess {
   name: string;
@@ -56,6 +63,34 @@ export function startRollcall(
   return { name, child, stop: () => signal('SIGTERM'), kill: () => signal('SIGKILL') };
 }
 
+/** A rollcall process with an HTTP server, and the URL of a path on it. */
+export interface ServingRollcall extends RollcallProcess {
+  url(path: string): string;
+}
+
+/**
+ * Starts `rollcall <role> --namespace <namespace> --port <free port> <args>` once the namespace
+ * and the CRDs exist (the way an install leaves them), on this file's Redis database.
+ */
+export async function startServing(
+  name: string,
+  role: 'run' | 'watcher' | 'worker',
+  namespace: string,
+  args: string[] = [],
+  env: Record<string, string> = {},
+): Promise<ServingRollcall> {
+  const kc = testKubeConfig();
+  await ensureNamespace(kc, namespace);
+  await installCrds(kc, { info: () => {} });
+  const port = await freePort();
+  const proc = startRollcall(
+    name,
+    [role, '--namespace', namespace, '--port', String(port), ...args],
+    { db: testDb(), env },
+  );
+  return { ...proc, url: (path) => `http://127.0.0.1:${port}${path}` };
+}
+
 /** A fresh Redis database number for this test file. */
 export const testDb = () => 1 + (process.pid % 15);
 
@@ -63,11 +98,9 @@ export const testDb = () => 1 + (process.pid % 15);
 export async function deleteRollcallObjects(kc: KubeConfig): Promise<void> {
   const custom = kc.makeApiClient(CustomObjectsApi);
   for (const plural of ['policies', 'policyservers']) {
-    const list = (await custom.listClusterCustomObject({
-      group: 'rollcall.dev',
-      version: 'v1alpha1',
-      plural,
-    })) as { items: { metadata: { name: string } }[] };
+    const list = (await whileStorageInitializes(() =>
+      custom.listClusterCustomObject({ group: 'rollcall.dev', version: 'v1alpha1', plural }),
+    )) as { items: { metadata: { name: string } }[] };
     for (const item of list.items)
       await custom
         .deleteClusterCustomObject({
@@ -82,6 +115,22 @@ export async function deleteRollcallObjects(kc: KubeConfig): Promise<void> {
   await admission.deleteCollectionValidatingWebhookConfiguration({
     labelSelector: 'app.kubernetes.io/managed-by=rollcall',
   });
+}
+
+/**
+ * Retries `call` while the apiserver answers 429: a fresh apiserver does so ("storage is
+ * (re)initializing") for a moment after a CRD is established, while its watch cache fills.
+ */
+async function whileStorageInitializes<T>(call: () => Promise<T>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await call();
+    } catch (err) {
+      if (statusCodeOf(err) !== 429 || Date.now() > deadline) throw err;
+      await sleep(500);
+    }
+  }
 }
 
 /** Creates the namespace (idempotent). */

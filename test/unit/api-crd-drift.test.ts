@@ -4,43 +4,34 @@
  * depth, same types, required lists, enums and defaults.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { parse } from 'yaml';
 import { z } from 'zod';
 import {
+  POLICY_CODE_MESSAGE,
+  POLICY_INLINE_ONLY_MESSAGE,
+  policyRevisionSpecSchema,
   policyServerSpecSchema,
   policyServerStatusSchema,
+  policySpecFieldsSchema,
   policySpecSchema,
   policyStatusSchema,
 } from '../../api/v1alpha1.ts';
+import { crdFile, type SchemaNode } from '../fixtures/crd-schema.ts';
 
-type Schema = {
-  type?: string;
-  properties?: Record<string, Schema>;
-  items?: Schema;
-  additionalProperties?: Schema | boolean;
-  required?: string[];
-  enum?: unknown[];
-  default?: unknown;
-  anyOf?: Schema[];
-  'x-kubernetes-int-or-string'?: boolean;
-  'x-kubernetes-preserve-unknown-fields'?: boolean;
-};
-
-function crdSchema(file: string): Schema {
-  const crd = parse(readFileSync(new URL(`../../deploy/crds/${file}`, import.meta.url), 'utf8'));
-  return crd.spec.versions[0].schema.openAPIV3Schema as Schema;
+function crdSchema(file: string): SchemaNode {
+  const crd = parse(crdFile(file));
+  return crd.spec.versions[0].schema.openAPIV3Schema as SchemaNode;
 }
 
-function zodSchema(schema: z.ZodType): Schema {
-  return z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Schema;
+function zodSchema(schema: z.ZodType): SchemaNode {
+  return z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as SchemaNode;
 }
 
 /** Every difference between the two schemas, as "path: what differs". */
-function differences(crd: Schema, zod: Schema, path: string): string[] {
+function differences(crd: SchemaNode, zod: SchemaNode, path: string): string[] {
   const out: string[] = [];
-  const typeOf = (s: Schema) =>
+  const typeOf = (s: SchemaNode) =>
     s['x-kubernetes-int-or-string'] ||
     s.anyOf
       ?.map((a) => a.type)
@@ -60,6 +51,10 @@ function differences(crd: Schema, zod: Schema, path: string): string[] {
       `${path}: default ${JSON.stringify(crd.default)} in the CRD, ${JSON.stringify(zod.default)} in zod`,
     );
   }
+  // Where both constrain a string by a pattern, it must be the same one.
+  const same = (a: string, b: string) => new RegExp(a).source === new RegExp(b).source;
+  if (crd.pattern !== undefined && zod.pattern !== undefined && !same(crd.pattern, zod.pattern))
+    out.push(`${path}: pattern ${crd.pattern} in the CRD, ${zod.pattern} in zod`);
   const crdRequired = [...(crd.required ?? [])].sort();
   const zodRequired = [...(zod.required ?? [])].sort();
   if (JSON.stringify(crdRequired) !== JSON.stringify(zodRequired)) {
@@ -111,6 +106,12 @@ describe('the zod schemas and the CRDs describe the same API', () => {
       field: 'status',
       schema: policyServerStatusSchema,
     },
+    {
+      name: 'PolicyRevision spec',
+      file: 'policyrevisions.yaml',
+      field: 'spec',
+      schema: policyRevisionSpecSchema,
+    },
   ];
   for (const row of rows) {
     test(`${row.name} has the same fields, types, enums, defaults and required lists`, () => {
@@ -122,8 +123,18 @@ describe('the zod schemas and the CRDs describe the same API', () => {
 
   test('the comparison notices a field missing from zod', () => {
     const crd = crdSchema('policies.yaml').properties!['spec']!;
-    const diffs = differences(crd, zodSchema(policySpecSchema.omit({ mode: true })), 'spec');
+    const diffs = differences(crd, zodSchema(policySpecFieldsSchema.omit({ mode: true })), 'spec');
     assert.ok(diffs.includes('spec.mode: only in the CRD'), diffs.join('\n'));
+  });
+
+  test('the comparison notices a different pattern', () => {
+    const crd = structuredClone(crdSchema('policies.yaml').properties!['spec']!);
+    crd.properties!['variables']!.items!.properties!['name']!.pattern = '^[a-z]+$';
+    const diffs = differences(crd, zodSchema(policySpecSchema), 'spec');
+    assert.ok(
+      diffs.some((d) => d.startsWith('spec.variables[].name: pattern')),
+      diffs.join('\n'),
+    );
   });
 
   test('the comparison notices a changed enum deep inside a list', () => {
@@ -134,5 +145,60 @@ describe('the zod schemas and the CRDs describe the same API', () => {
       diffs.some((d) => d.startsWith('spec.rules[].scope: enum')),
       diffs.join('\n'),
     );
+  });
+});
+
+describe('a Policy names its code exactly once, in zod as in the CRD', () => {
+  const base = {
+    policyServer: 'default',
+    rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] }],
+  };
+  const validations = [{ expression: 'true' }];
+  const source = { url: 'https://example.com/p.yaml', sha256: 'a'.repeat(64) };
+  const rows: [string, Record<string, unknown>, string | undefined][] = [
+    ['a module alone is valid', { module: 'sim://ok' }, undefined],
+    ['validations alone are valid', { validations }, undefined],
+    ['a source alone is valid', { source }, undefined],
+    [
+      'validations with variables and matchConditions are valid',
+      {
+        validations,
+        variables: [{ name: 'x', expression: '1' }],
+        matchConditions: [{ name: 'm', expression: 'true' }],
+      },
+      undefined,
+    ],
+    ['none of the three is refused', {}, POLICY_CODE_MESSAGE],
+    [
+      'module and validations are refused',
+      { module: 'sim://ok', validations },
+      POLICY_CODE_MESSAGE,
+    ],
+    ['validations and source are refused', { validations, source }, POLICY_CODE_MESSAGE],
+    [
+      'variables without validations are refused',
+      { source, variables: [{ name: 'x', expression: '1' }] },
+      POLICY_INLINE_ONLY_MESSAGE,
+    ],
+  ];
+  for (const [name, spec, message] of rows) {
+    test(name, () => {
+      const parsed = policySpecSchema.safeParse({ ...base, ...spec });
+      if (message === undefined) assert.ok(parsed.success, JSON.stringify(parsed.error?.issues));
+      else
+        assert.deepEqual(
+          parsed.error?.issues.map((i) => i.message),
+          [message],
+        );
+    });
+  }
+
+  test('the CRD refuses the same combinations with the same messages', () => {
+    const rules = (
+      crdSchema('policies.yaml').properties!['spec'] as {
+        'x-kubernetes-validations': { message: string }[];
+      }
+    )['x-kubernetes-validations'].map((r) => r.message);
+    assert.deepEqual(rules, [POLICY_CODE_MESSAGE, POLICY_INLINE_ONLY_MESSAGE]);
   });
 });

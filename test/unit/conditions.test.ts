@@ -143,35 +143,21 @@ describe('condition reasons', () => {
 });
 
 describe('truncateUtf8', () => {
-  const table: { name: string; input: string; max: number; expected: string }[] = [
-    { name: 'a short message is unchanged', input: 'hello', max: 10, expected: 'hello' },
-    {
-      name: 'a message exactly at the limit is unchanged',
-      input: 'héllo',
-      max: 6,
-      expected: 'héllo',
-    },
-    { name: 'ASCII is cut and marked', input: 'hello world', max: 8, expected: 'hello…' },
-    { name: 'a two-byte character is never split', input: 'ééééé', max: 8, expected: 'éé…' },
-    {
-      name: 'an emoji (four bytes, a surrogate pair) is never split',
-      input: 'ab😀😀',
-      max: 8,
-      expected: 'ab…',
-    },
-    { name: 'a whole emoji that fits is kept', input: 'ab😀😀', max: 9, expected: 'ab😀…' },
-    {
-      name: 'a limit smaller than the marker yields just the marker',
-      input: 'abcdef',
-      max: 2,
-      expected: '…',
-    },
+  // [name, input, max bytes, expected]
+  const table: [string, string, number, string][] = [
+    ['a short message is unchanged', 'hello', 10, 'hello'],
+    ['a message exactly at the limit is unchanged', 'héllo', 6, 'héllo'],
+    ['ASCII is cut and marked', 'hello world', 8, 'hello…'],
+    ['a two-byte character is never split', 'ééééé', 8, 'éé…'],
+    ['an emoji (four bytes, a surrogate pair) is never split', 'ab😀😀', 8, 'ab…'],
+    ['a whole emoji that fits is kept', 'ab😀😀', 9, 'ab😀…'],
+    ['a limit smaller than the marker yields just the marker', 'abcdef', 2, '…'],
   ];
-  for (const row of table) {
-    test(row.name, () => {
-      const out = truncateUtf8(row.input, row.max);
-      assert.equal(out, row.expected);
-      assert.ok(out === '…' || bytes(out) <= row.max);
+  for (const [name, input, max, expected] of table) {
+    test(name, () => {
+      const out = truncateUtf8(input, max);
+      assert.equal(out, expected);
+      assert.ok(out === '…' || bytes(out) <= max);
       assert.ok(!out.includes('\uFFFD'), 'no replacement characters');
     });
   }

@@ -4,25 +4,15 @@
  * a field that does not exist). The real apply is an integration test.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { parse } from 'yaml';
+import { crdFile, type SchemaNode } from '../fixtures/crd-schema.ts';
 
-type Node = {
-  type?: string;
-  properties?: Record<string, Node>;
-  items?: Node;
-  additionalProperties?: Node | boolean;
-  anyOf?: Node[];
-  'x-kubernetes-int-or-string'?: boolean;
-  'x-kubernetes-preserve-unknown-fields'?: boolean;
-  'x-kubernetes-validations'?: { rule: string; message?: string }[];
-};
-
-const read = (file: string) =>
-  readFileSync(new URL(`../../deploy/crds/${file}`, import.meta.url), 'utf8');
-
-function walk(node: Node, path: string, visit: (node: Node, path: string) => void): void {
+function walk(
+  node: SchemaNode,
+  path: string,
+  visit: (node: SchemaNode, path: string) => void,
+): void {
   visit(node, path);
   for (const [name, child] of Object.entries(node.properties ?? {}))
     walk(child, `${path}.${name}`, visit);
@@ -31,13 +21,13 @@ function walk(node: Node, path: string, visit: (node: Node, path: string) => voi
     walk(node.additionalProperties, `${path}{}`, visit);
 }
 
-function resolve(root: Node, jsonPath: string): Node | undefined {
+function resolve(root: SchemaNode, jsonPath: string): SchemaNode | undefined {
   // `.status.conditions[?(@.type=="Ready")].message` → status, conditions[], message
   const steps = jsonPath
     .replace(/\[\?\(.*?\)\]/g, '[]')
     .split('.')
     .filter(Boolean);
-  let node: Node | undefined = root;
+  let node: SchemaNode | undefined = root;
   for (const step of steps) {
     const name = step.replace(/\[\]$/, '');
     if (name === 'metadata' && node === root) return { type: 'object' };
@@ -54,6 +44,7 @@ const crds = [
     plural: 'policies',
     short: 'pol',
     columns: ['Server', 'Mode', 'Ready', 'Status', 'Age', 'Message'],
+    status: true,
   },
   {
     file: 'policyservers.yaml',
@@ -61,15 +52,24 @@ const crds = [
     plural: 'policyservers',
     short: 'ps',
     columns: ['Replicas', 'Ready', 'Status', 'Image', 'Age', 'Message'],
+    status: true,
+  },
+  {
+    file: 'policyrevisions.yaml',
+    kind: 'PolicyRevision',
+    plural: 'policyrevisions',
+    short: 'polrev',
+    columns: ['Policy', 'Generation', 'Age'],
+    status: false,
   },
 ];
 
-for (const { file, kind, plural, short, columns } of crds) {
+for (const { file, kind, plural, short, columns, status } of crds) {
   describe(`the ${kind} CRD`, () => {
-    const text = read(file);
+    const text = crdFile(file);
     const crd = parse(text);
     const version = crd.spec.versions[0];
-    const root: Node = version.schema.openAPIV3Schema;
+    const root: SchemaNode = version.schema.openAPIV3Schema;
 
     test('is a cluster-scoped apiextensions.k8s.io/v1 CRD in the rollcall.dev group', () => {
       assert.equal(crd.apiVersion, 'apiextensions.k8s.io/v1');
@@ -79,10 +79,10 @@ for (const { file, kind, plural, short, columns } of crds) {
       assert.ok(version.served && version.storage);
     });
 
-    test(`has the short name ${short}, the rollcall category and a status subresource`, () => {
+    test(`has the short name ${short}, the rollcall category and ${status ? 'a' : 'no'} status subresource`, () => {
       assert.deepEqual(crd.spec.names.shortNames, [short]);
       assert.deepEqual(crd.spec.names.categories, ['rollcall']);
-      assert.deepEqual(version.subresources, { status: {} });
+      assert.deepEqual(version.subresources, status ? { status: {} } : undefined);
     });
 
     test('uses no YAML anchors (kustomize and some tools do not expand them)', () => {
@@ -114,11 +114,8 @@ for (const { file, kind, plural, short, columns } of crds) {
       );
       for (const column of printed)
         assert.ok(resolve(root, column.jsonPath), `${column.name}: ${column.jsonPath}`);
-      assert.equal(
-        printed.find((c) => c.name === 'Message')?.priority,
-        1,
-        'the message is for -o wide',
-      );
+      const message = printed.find((c) => c.name === 'Message');
+      if (message) assert.equal(message.priority, 1, 'the message is for -o wide');
     });
 
     test('CEL rules only name fields of the node they sit on', () => {
@@ -149,7 +146,13 @@ for (const { file, kind, plural, short, columns } of crds) {
   });
 }
 
-test('the kustomization lists both CRDs', () => {
-  const kustomization = parse(read('kustomization.yaml'));
-  assert.deepEqual([...kustomization.resources].sort(), ['policies.yaml', 'policyservers.yaml']);
+test('the kustomization lists every CRD', () => {
+  const kustomization = parse(crdFile('kustomization.yaml'));
+  assert.deepEqual([...kustomization.resources].sort(), crds.map((c) => c.file).sort());
+});
+
+test('Policies are selectable by spec.policyServer, a real field', () => {
+  const version = parse(crdFile('policies.yaml')).spec.versions[0];
+  assert.deepEqual(version.selectableFields, [{ jsonPath: '.spec.policyServer' }]);
+  assert.equal(resolve(version.schema.openAPIV3Schema, '.spec.policyServer')?.type, 'string');
 });

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { Pod } from '../../api/kube.ts';
+import { reportsFromPods } from '../../api/report.ts';
 import type { PolicyStatus } from '../../api/v1alpha1.ts';
 import {
   computePolicy,
@@ -13,24 +14,25 @@ import {
   aPolicy,
   aPolicyServer,
   aReplicaSet,
+  aServerWithDeployment,
   NOW,
+  POLICY_UID,
   reportOf,
+  threePods,
 } from '../fixtures/builders.ts';
 
 const POLICY = 'require-labels';
-const server = aPolicyServer();
-const deployment = aDeployment(server);
-const replicaSet = aReplicaSet(deployment);
+const { server, deployment, replicaSet } = aServerWithDeployment();
 
 const loaded = (generation = 4) => reportOf(POLICY, generation, 'Loaded');
 const loading = (generation = 4) => reportOf(POLICY, generation, 'Loading');
 const failedWith = (message: string, generation = 4) =>
   reportOf(POLICY, generation, 'Failed', { message });
-const threeLoadedPods = (generation = 4): Pod[] =>
-  ['ps-a', 'ps-b', 'ps-c'].map((n) => aPod(n, { report: loaded(generation) }));
+const threeLoadedPods = (generation = 4): Pod[] => threePods(loaded(generation));
 
+/** The core's input; the pods' reports are read from their annotations unless given. */
 function input(overrides: Partial<PolicyCoreInput> = {}): PolicyCoreInput {
-  return {
+  const given = {
     policy: aPolicy(),
     policyServer: server,
     deployment,
@@ -40,6 +42,7 @@ function input(overrides: Partial<PolicyCoreInput> = {}): PolicyCoreInput {
     now: NOW,
     ...overrides,
   };
+  return { reports: reportsFromPods(given.pods, given.policy.metadata.name), ...given };
 }
 
 function conditionTypes(status: PolicyStatus): string[] {
@@ -96,7 +99,7 @@ describe('the webhook decision table', () => {
     },
     {
       name: 'never loaded anywhere yet: Reconciling, no webhook',
-      input: input({ pods: ['ps-a', 'ps-b', 'ps-c'].map((n) => aPod(n, { report: loading() })) }),
+      input: input({ pods: threePods(loading()) }),
       conditions: ['Ready=False/Loading', 'Reconciling=True/Loading'],
       webhook: { kind: 'absent' },
       servedGeneration: undefined,
@@ -263,6 +266,27 @@ describe('counting replicas', () => {
       state: 'Reconciling',
     },
     {
+      name: 'a report from a deleted namesake never reads Ready',
+      pods: threePods(reportOf(POLICY, 4, 'Loaded', { uid: 'uid-pol-deleted' })),
+      ready: '0/3',
+      readyReplicas: 0,
+      failedReplicas: 0,
+      state: 'Reconciling',
+    },
+    {
+      name: "a deleted namesake's failure of the same generation does not stall the policy",
+      pods: [
+        ...threeLoadedPods().slice(0, 2),
+        aPod('ps-c', {
+          report: reportOf(POLICY, 4, 'Failed', { uid: 'uid-pol-deleted', message: 'old' }),
+        }),
+      ],
+      ready: '2/3',
+      readyReplicas: 2,
+      failedReplicas: 0,
+      state: 'Reconciling',
+    },
+    {
       name: "a report of a newer generation than the Policy's (a recreated Policy) does not count as loaded",
       pods: threeLoadedPods(7),
       ready: '0/3',
@@ -281,6 +305,19 @@ describe('counting replicas', () => {
       assert.equal(status.summary, row.state);
     });
   }
+});
+
+test('the message says a replica reports an older Policy of the same name', () => {
+  const pods = [
+    ...threeLoadedPods(),
+    aPod('ps-d', { report: reportOf(POLICY, 4, 'Loaded', { uid: 'uid-pol-deleted' }) }),
+  ];
+  const decision = computePolicy(input({ pods }));
+  assert.equal(decision.status.summary, 'Reconciling');
+  assert.match(
+    decision.status.conditions?.[0]?.message ?? '',
+    /waiting for pod ps-d \(reports an older Policy of the same name \(uid uid-pol-deleted, this one is uid-pol\)\)/,
+  );
 });
 
 describe("trust rules: only the server's own pods count", () => {
@@ -405,24 +442,29 @@ describe('bad replica reports make that pod count as failed', () => {
     },
     {
       name: 'a report with a string generation',
-      raw: JSON.stringify({ [POLICY]: { generation: '4', state: 'Loaded' } }),
+      raw: JSON.stringify({ [POLICY]: { uid: POLICY_UID, generation: '4', state: 'Loaded' } }),
       message: /require-labels\.generation/,
     },
     {
       name: 'a report with an unknown state',
-      raw: JSON.stringify({ [POLICY]: { generation: 4, state: 'Done' } }),
+      raw: JSON.stringify({ [POLICY]: { uid: POLICY_UID, generation: 4, state: 'Done' } }),
       message: /require-labels\.state/,
     },
     {
-      name: 'a report over 64 KiB',
-      raw: JSON.stringify({ pad: 'x'.repeat(70_000) }),
-      message: /over the 65536-byte limit/,
+      name: 'a report in the v1 contract (no uid)',
+      raw: JSON.stringify({ [POLICY]: { generation: 4, state: 'Loaded' } }),
+      message: /require-labels\.uid/,
+    },
+    {
+      name: 'a report over 192 KiB',
+      raw: JSON.stringify({ pad: 'x'.repeat(200_000) }),
+      message: /over the 196608-byte limit/,
     },
     {
       name: 'a report whose entry for this policy is fine but another entry is broken (never trusted in part)',
       raw: JSON.stringify({
-        [POLICY]: { generation: 4, state: 'Loaded' },
-        other: { generation: 1, state: 3 },
+        [POLICY]: { uid: POLICY_UID, generation: 4, state: 'Loaded' },
+        other: { uid: 'uid-other', generation: 1, state: 3 },
       }),
       message: /other\.state/,
     },

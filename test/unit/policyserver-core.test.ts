@@ -6,6 +6,7 @@ import {
   desiredDeployment,
   desiredService,
   planPolicyServer,
+  type PolicyServerOptions,
 } from '../../functions/policyserver-core.ts';
 import { aDeployment, aPolicyServer, NAMESPACE, NOW } from '../fixtures/builders.ts';
 
@@ -92,6 +93,96 @@ describe('desiredDeployment', () => {
     const minimal = desiredDeployment(aPolicyServer(), options).spec?.template.spec;
     assert.ok(!('serviceAccountName' in (minimal ?? {})));
     assert.ok(!('resources' in (minimal?.containers[0] ?? {})));
+  });
+});
+
+describe("desiredDeployment for rollcall's own image (no spec.image)", () => {
+  const own = aPolicyServer({ spec: { image: undefined } });
+  const container = (s = own, o: PolicyServerOptions = options) =>
+    desiredDeployment(s, o).spec?.template.spec?.containers[0];
+  const pod = desiredDeployment(own, options).spec?.template.spec;
+
+  test('runs rollcall:0.1.0 as `policy-server` on 8443 with the certificate directory', () => {
+    assert.equal(container()?.image, 'rollcall:0.1.0');
+    assert.deepEqual(container()?.args, [
+      'policy-server',
+      '--port=8443',
+      '--tls-dir=/var/run/rollcall/tls',
+    ]);
+  });
+
+  test('runs the image given by --policy-server-image instead, when set', () => {
+    assert.equal(
+      container(own, { ...options, policyServerImage: 'registry.example/rollcall:1.2' })?.image,
+      'registry.example/rollcall:1.2',
+    );
+  });
+
+  test('mounts the serving certificate Secret read-only at the certificate directory', () => {
+    assert.deepEqual(pod?.volumes, [
+      { name: 'tls', secret: { secretName: 'policy-server-default-tls' } },
+    ]);
+    assert.deepEqual(container()?.volumeMounts, [
+      { name: 'tls', mountPath: '/var/run/rollcall/tls', readOnly: true },
+    ]);
+  });
+
+  test("mounts the caSecretRef Secret instead when the server names one (someone else's certificate)", () => {
+    const pod = desiredDeployment(
+      aPolicyServer({ spec: { image: undefined, caSecretRef: { name: 'cm-tls', key: 'ca.crt' } } }),
+      options,
+    ).spec?.template.spec;
+    assert.deepEqual(pod?.volumes, [{ name: 'tls', secret: { secretName: 'cm-tls' } }]);
+  });
+
+  test('probes /readyz every 2 s and /healthz for liveness, both over HTTPS', () => {
+    assert.deepEqual(container()?.readinessProbe, {
+      httpGet: { path: '/readyz', port: 'https', scheme: 'HTTPS' },
+      periodSeconds: 2,
+      failureThreshold: 3,
+    });
+    assert.deepEqual(container()?.livenessProbe, {
+      httpGet: { path: '/healthz', port: 'https', scheme: 'HTTPS' },
+      periodSeconds: 10,
+      failureThreshold: 3,
+    });
+  });
+
+  test('keeps the downward-API environment and the restricted security context', () => {
+    assert.deepEqual(
+      container()?.env?.map((e) => e.name),
+      ['POD_NAME', 'POD_NAMESPACE', 'POLICY_SERVER'],
+    );
+    assert.deepEqual(pod?.securityContext, {
+      runAsNonRoot: true,
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+  });
+
+  test('a server with its own image gets no arguments, volume or liveness probe from rollcall', () => {
+    const theirs = desiredDeployment(server, options).spec?.template.spec;
+    assert.ok(!('volumes' in (theirs ?? {})));
+    const c = theirs?.containers[0] ?? { name: '' };
+    for (const field of ['args', 'volumeMounts', 'livenessProbe'])
+      assert.ok(!(field in c), `${field} is not set`);
+    assert.equal(c.readinessProbe?.periodSeconds, 5);
+  });
+
+  test('its status compares the Deployment with the image it should run, not an absent spec.image', () => {
+    const deployment = {
+      ...aDeployment(own),
+      spec: {
+        replicas: 3,
+        template: { spec: { containers: [{ name: 'policy-server', image: 'rollcall:0.1.0' }] } },
+      },
+    };
+    const status = computePolicyServerStatus(own, deployment, NOW, options);
+    assert.notEqual(status.conditions?.[0]?.reason, 'DeploymentOutOfDate');
+    const other = computePolicyServerStatus(own, deployment, NOW, {
+      ...options,
+      policyServerImage: 'rollcall:0.2.0',
+    });
+    assert.equal(other.conditions?.[0]?.reason, 'DeploymentOutOfDate');
   });
 });
 

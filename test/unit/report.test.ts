@@ -1,31 +1,27 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { REPORT_MAX_BYTES } from '../../api/constants.ts';
 import { readReplicaReport } from '../../api/report.ts';
 
-const entry = (fields: Record<string, unknown>) => JSON.stringify({ 'require-labels': fields });
+const U = '6f1c2b9e-1d2a-4c3b-9e8f-0a1b2c3d4e5f';
+const entry = (fields: Record<string, unknown>) =>
+  JSON.stringify({ 'require-labels': { uid: U, ...fields } });
 
 describe('readReplicaReport accepts well-formed reports', () => {
   test('the example from DESIGN.md reads whole', () => {
-    const raw = JSON.stringify({
-      'require-labels': { generation: 4, state: 'Loaded' },
+    const example = {
+      'require-labels': { uid: U, generation: 4, state: 'Loaded' },
       'deny-latest': {
+        uid: U,
         generation: 2,
         state: 'Failed',
         message: 'module download failed: 404',
         serving: 1,
       },
-    });
-    assert.deepEqual(readReplicaReport(raw), {
+    };
+    assert.deepEqual(readReplicaReport(JSON.stringify(example)), {
       kind: 'valid',
-      report: {
-        'require-labels': { generation: 4, state: 'Loaded' },
-        'deny-latest': {
-          generation: 2,
-          state: 'Failed',
-          message: 'module download failed: 404',
-          serving: 1,
-        },
-      },
+      report: example,
     });
   });
 
@@ -47,8 +43,8 @@ describe('readReplicaReport accepts well-formed reports', () => {
 
 describe('readReplicaReport rejects malformed reports whole, with a clear reason', () => {
   const huge = JSON.stringify({
-    p: { generation: 1, state: 'Failed', message: 'x'.repeat(1000) },
-    pad: 'y'.repeat(65536),
+    p: { uid: U, generation: 1, state: 'Failed', message: 'x'.repeat(1000) },
+    pad: 'y'.repeat(REPORT_MAX_BYTES),
   });
   const table: { name: string; raw: string; reason: RegExp }[] = [
     {
@@ -97,6 +93,21 @@ describe('readReplicaReport rejects malformed reports whole, with a clear reason
     },
     { name: 'a missing state', raw: entry({ generation: 1 }), reason: /require-labels\.state/ },
     {
+      name: 'a missing uid (a v1 report)',
+      raw: JSON.stringify({ 'require-labels': { generation: 1, state: 'Loaded' } }),
+      reason: /require-labels\.uid/,
+    },
+    {
+      name: 'an empty uid',
+      raw: entry({ uid: '', generation: 1, state: 'Loaded' }),
+      reason: /require-labels\.uid/,
+    },
+    {
+      name: 'a uid that is a number',
+      raw: entry({ uid: 7, generation: 1, state: 'Loaded' }),
+      reason: /require-labels\.uid/,
+    },
+    {
       name: 'a missing generation',
       raw: entry({ state: 'Loaded' }),
       reason: /require-labels\.generation/,
@@ -128,15 +139,15 @@ describe('readReplicaReport rejects malformed reports whole, with a clear reason
     },
     {
       name: 'an empty policy name',
-      raw: JSON.stringify({ '': { generation: 1, state: 'Loaded' } }),
+      raw: JSON.stringify({ '': { uid: U, generation: 1, state: 'Loaded' } }),
       reason: /wrong types/,
     },
-    { name: 'a report over 64 KiB', raw: huge, reason: /over the 65536-byte limit/ },
+    { name: 'a report over 192 KiB', raw: huge, reason: /over the 196608-byte limit/ },
     {
       name: 'one bad entry among good ones',
       raw: JSON.stringify({
-        a: { generation: 1, state: 'Loaded' },
-        b: { generation: -1, state: 'Loaded' },
+        a: { uid: U, generation: 1, state: 'Loaded' },
+        b: { uid: U, generation: -1, state: 'Loaded' },
       }),
       reason: /b\.generation/,
     },
@@ -149,9 +160,9 @@ describe('readReplicaReport rejects malformed reports whole, with a clear reason
     });
   }
 
-  test('a report of 64 KiB exactly is read, one byte more is not', () => {
-    const base = JSON.stringify({ p: { generation: 1, state: 'Loaded' } });
-    const exact = base + ' '.repeat(65536 - base.length);
+  test('a report of 192 KiB exactly is read, one byte more is not', () => {
+    const base = JSON.stringify({ p: { uid: U, generation: 1, state: 'Loaded' } });
+    const exact = base + ' '.repeat(REPORT_MAX_BYTES - base.length);
     assert.equal(readReplicaReport(exact).kind, 'valid');
     assert.equal(readReplicaReport(exact + ' ').kind, 'invalid');
   });
@@ -159,10 +170,13 @@ describe('readReplicaReport rejects malformed reports whole, with a clear reason
   test('the size limit counts UTF-8 bytes, not characters', () => {
     const message = 'é'.repeat(1000); // 1000 characters, 2000 bytes: within the 1024-character message limit
     const entries = Object.fromEntries(
-      Array.from({ length: 40 }, (_, i) => [`p${i}`, { generation: 1, state: 'Failed', message }]),
+      Array.from({ length: 120 }, (_, i) => [
+        `p${i}`,
+        { uid: U, generation: 1, state: 'Failed', message },
+      ]),
     );
     const raw = JSON.stringify(entries);
-    assert.ok(raw.length < 65536 && Buffer.byteLength(raw) > 65536);
+    assert.ok(raw.length < REPORT_MAX_BYTES && Buffer.byteLength(raw) > REPORT_MAX_BYTES);
     assert.match((readReplicaReport(raw) as { reason: string }).reason, /bytes/);
   });
 });

@@ -6,6 +6,7 @@ import {
   isSubset,
   planWebhook,
   servedGenerationOf,
+  webhookLags,
   type WebhookIntent,
   type WebhookPlanInput,
 } from '../../functions/webhook-core.ts';
@@ -14,6 +15,7 @@ import { aPolicy, aPolicyServer, NAMESPACE } from '../fixtures/builders.ts';
 const server = aPolicyServer({ spec: { caBundle: 'Q0EK' } });
 const policy = aPolicy();
 const options = { namespace: NAMESPACE };
+const CA = 'Q0EK';
 
 /** What the API server hands back: our object plus the fields it adds. */
 function asStored(webhook: V1ValidatingWebhookConfiguration): V1ValidatingWebhookConfiguration {
@@ -23,7 +25,7 @@ function asStored(webhook: V1ValidatingWebhookConfiguration): V1ValidatingWebhoo
 }
 
 describe('buildWebhookConfiguration', () => {
-  const vwc = buildWebhookConfiguration(policy, server, options);
+  const vwc = buildWebhookConfiguration(policy, server, options, CA);
   const hook = vwc.webhooks?.[0];
 
   test('is named after the policy, labelled as managed by rollcall and owned by the Policy', () => {
@@ -45,12 +47,12 @@ describe('buildWebhookConfiguration', () => {
     assert.equal(vwc.metadata?.annotations?.['rollcall.dev/served-generation'], '4');
   });
 
-  test("calls the policy server's Service at /validate/<policy> with the server's CA", () => {
+  test("calls the policy server's Service at /validate/<policy>/<generation> with the server's CA", () => {
     assert.deepEqual(hook?.clientConfig, {
       service: {
         namespace: NAMESPACE,
         name: 'policy-server-default',
-        path: '/validate/require-labels',
+        path: '/validate/require-labels/4',
         port: 443,
       },
       caBundle: 'Q0EK',
@@ -125,34 +127,47 @@ describe('buildWebhookConfiguration', () => {
     assert.equal(built.webhooks?.[0]?.failurePolicy, 'Ignore');
   });
 
-  test('URL mode calls https://host:port/validate/<policy> for out-of-cluster development', () => {
-    const built = buildWebhookConfiguration(policy, server, {
-      ...options,
-      url: 'https://host.docker.internal:8443/',
-    });
+  test('URL mode calls https://host:port/validate/<policy>/<generation> for out-of-cluster development', () => {
+    const built = buildWebhookConfiguration(
+      policy,
+      server,
+      { ...options, url: 'https://host.docker.internal:8443/' },
+      CA,
+    );
     assert.deepEqual(built.webhooks?.[0]?.clientConfig, {
-      url: 'https://host.docker.internal:8443/validate/require-labels',
+      url: 'https://host.docker.internal:8443/validate/require-labels/4',
       caBundle: 'Q0EK',
     });
   });
 
-  test('a CA resolved from caSecretRef takes precedence over spec.caBundle', () => {
-    const built = buildWebhookConfiguration(policy, server, {
-      ...options,
-      caBundle: 'U0VDUkVUCg==',
-    });
+  test("the path follows the Policy's generation", () => {
+    const built = buildWebhookConfiguration(aPolicy({ generation: 7 }), server, options, CA);
+    assert.equal(built.webhooks?.[0]?.clientConfig.service?.path, '/validate/require-labels/7');
+  });
+
+  test('the caBundle is the one the shell resolved, not read from the spec', () => {
+    const built = buildWebhookConfiguration(policy, server, options, 'U0VDUkVUCg==');
     assert.equal(built.webhooks?.[0]?.clientConfig.caBundle, 'U0VDUkVUCg==');
   });
 
   test('without any CA the clientConfig carries no caBundle', () => {
-    const built = buildWebhookConfiguration(policy, aPolicyServer(), options);
+    const built = buildWebhookConfiguration(policy, server, options);
     assert.ok(!('caBundle' in (built.webhooks?.[0]?.clientConfig ?? {})));
   });
 });
 
 describe('planWebhook follows the decision table', () => {
-  const current = asStored(buildWebhookConfiguration(policy, server, options));
-  const older = asStored(buildWebhookConfiguration(aPolicy({ generation: 3 }), server, options));
+  const current = asStored(buildWebhookConfiguration(policy, server, options, CA));
+  const older = asStored(
+    buildWebhookConfiguration(aPolicy({ generation: 3 }), server, options, CA),
+  );
+  const caSecretRefServer = aPolicyServer({
+    spec: { caSecretRef: { name: 'ca', key: 'ca.crt' } },
+  });
+  const unresolved = {
+    blocked:
+      'PolicyServer default sets spec.caSecretRef, which this rollcall version does not resolve; set spec.caBundle (base64 PEM of the CA) instead.',
+  };
   const serve: WebhookIntent = { kind: 'serve', generation: 4 };
   const base: WebhookPlanInput = {
     policy,
@@ -160,6 +175,7 @@ describe('planWebhook follows the decision table', () => {
     intent: serve,
     existing: undefined,
     options,
+    ca: { caBundle: CA },
   };
 
   const rows: { name: string; input: Partial<WebhookPlanInput>; action: string }[] = [
@@ -176,23 +192,33 @@ describe('planWebhook follows the decision table', () => {
     },
     {
       name: 'Ready but the CA changed: update it',
-      input: { existing: current, policyServer: aPolicyServer({ spec: { caBundle: 'TkVXCg==' } }) },
+      input: { existing: current, ca: { caBundle: 'TkVXCg==' } },
       action: 'update',
     },
     {
-      name: 'Ready but the CA is a caSecretRef (not resolved yet): write nothing, say why',
-      input: {
-        policyServer: aPolicyServer({ spec: { caSecretRef: { name: 'ca', key: 'ca.crt' } } }),
-      },
+      name: 'Ready but the CA cannot be had (an unresolved caSecretRef): write nothing, say why',
+      input: { policyServer: caSecretRefServer, ca: unresolved },
+      action: 'blocked',
+    },
+    {
+      name: 'Ready, the webhook present, and the CA cannot be had: leave it, say why',
+      input: { existing: older, ca: unresolved },
       action: 'blocked',
     },
     {
       name: 'caSecretRef with the CA given by --webhook-ca-file: create it',
-      input: {
-        policyServer: aPolicyServer({ spec: { caSecretRef: { name: 'ca', key: 'ca.crt' } } }),
-        options: { ...options, caBundle: 'Q0EK' },
-      },
+      input: { policyServer: caSecretRefServer, ca: { caBundle: CA } },
       action: 'create',
+    },
+    {
+      name: 'still loading while the CA cannot be had: keep (only a write needs the CA)',
+      input: { intent: { kind: 'keep' }, existing: older, ca: unresolved },
+      action: 'keep',
+    },
+    {
+      name: 'policy deleted while the CA cannot be had: delete the webhook all the same',
+      input: { policy: undefined, existing: current, ca: unresolved },
+      action: 'delete',
     },
     {
       name: 'still loading with an older generation served: keep the old rules',
@@ -236,9 +262,26 @@ describe('planWebhook follows the decision table', () => {
       name: 'a webhook left by a deleted namesake Policy (other uid) is deleted rather than kept',
       input: {
         intent: { kind: 'keep' },
-        existing: asStored(buildWebhookConfiguration(aPolicy({ uid: 'uid-old' }), server, options)),
+        existing: asStored(
+          buildWebhookConfiguration(aPolicy({ uid: 'uid-old' }), server, options, CA),
+        ),
       },
       action: 'delete',
+    },
+    {
+      name: "still loading while the server's CA bundle changed: only the caBundle follows",
+      input: { intent: { kind: 'keep' }, existing: older, ca: { caBundle: 'TkVXCg==' } },
+      action: 'rebundle',
+    },
+    {
+      name: 'still loading, the webhook calls another server (the Policy moved): keep its CA',
+      input: {
+        intent: { kind: 'keep' },
+        existing: older,
+        policyServer: aPolicyServer({ name: 'other', spec: { caBundle: 'TkVXCg==' } }),
+        ca: { caBundle: 'TkVXCg==' },
+      },
+      action: 'keep',
     },
   ];
   for (const row of rows) {
@@ -249,9 +292,37 @@ describe('planWebhook follows the decision table', () => {
         assert.equal(plan.webhook.metadata?.annotations?.['rollcall.dev/served-generation'], '4');
       }
       if (plan.action === 'delete') assert.equal(plan.name, 'rollcall-require-labels');
-      if (plan.action === 'blocked') assert.match(plan.reason, /caSecretRef.*set spec\.caBundle/);
+      if (plan.action === 'blocked') {
+        assert.match(plan.reason, /caSecretRef.*set spec\.caBundle/);
+        assert.match(plan.reason, /The webhook of Policy require-labels is left unchanged\.$/);
+      }
     });
   }
+});
+
+test("a kept webhook's new caBundle leaves its rules, path and served generation as they were", () => {
+  const older = asStored(
+    buildWebhookConfiguration(aPolicy({ generation: 3 }), server, options, CA),
+  );
+  const plan = planWebhook({
+    policy: aPolicy({ generation: 4 }),
+    policyServer: server,
+    intent: { kind: 'keep' },
+    existing: older,
+    options,
+    ca: { caBundle: 'TkVXCg==' },
+  });
+  assert.equal(plan.action, 'rebundle');
+  if (plan.action !== 'rebundle') return;
+  const expected = structuredClone(older);
+  expected.webhooks![0]!.clientConfig.caBundle = 'TkVXCg==';
+  assert.deepEqual(plan.webhook.webhooks, expected.webhooks);
+  assert.equal(
+    plan.webhook.webhooks?.[0]?.clientConfig.service?.path,
+    '/validate/require-labels/3',
+  );
+  assert.deepEqual(plan.webhook.metadata?.annotations, { 'rollcall.dev/served-generation': '3' });
+  assert.deepEqual(plan.webhook.metadata?.ownerReferences, older.metadata?.ownerReferences);
 });
 
 describe('servedGenerationOf', () => {
@@ -276,6 +347,41 @@ describe('servedGenerationOf', () => {
   for (const row of rows) {
     test(row.name, () => assert.equal(servedGenerationOf(row.existing, policy), row.expected));
   }
+});
+
+describe('webhookLags: whether a computed intent moves the webhook (the policy function then enqueues it)', () => {
+  const serving4 = buildWebhookConfiguration(policy, server, options);
+  const serving3 = buildWebhookConfiguration(aPolicy({ generation: 3 }), server, options);
+  const rows = [
+    {
+      name: 'serve 4, the webhook serves 4',
+      intent: { kind: 'serve', generation: 4 },
+      existing: serving4,
+      lags: false,
+    },
+    {
+      name: 'serve 4, the webhook serves 3',
+      intent: { kind: 'serve', generation: 4 },
+      existing: serving3,
+      lags: true,
+    },
+    {
+      name: 'serve 4, no webhook yet',
+      intent: { kind: 'serve', generation: 4 },
+      existing: undefined,
+      lags: true,
+    },
+    {
+      name: 'absent, a webhook exists',
+      intent: { kind: 'absent' },
+      existing: serving3,
+      lags: true,
+    },
+    { name: 'absent, none', intent: { kind: 'absent' }, existing: undefined, lags: false },
+    { name: 'keep, whatever it serves', intent: { kind: 'keep' }, existing: serving3, lags: false },
+  ] as const;
+  for (const row of rows)
+    test(row.name, () => assert.equal(webhookLags(row.intent, row.existing, policy), row.lags));
 });
 
 describe('isSubset', () => {

@@ -105,6 +105,88 @@ describe('the rollcall CRDs on the apiserver', () => {
     assert.match(all, new RegExp(`policy.rollcall.dev/${policy}`));
   });
 
+  test('Policies can be listed by spec.policyServer (the policy servers watch that way)', () => {
+    const mine = run(
+      'get',
+      'policies',
+      '--field-selector',
+      `spec.policyServer=${server}`,
+      '-o',
+      'name',
+    );
+    assert.equal(mine.trim(), `policy.rollcall.dev/${policy}`);
+    const none = run(
+      'get',
+      'policies',
+      '--field-selector',
+      'spec.policyServer=nobody',
+      '-o',
+      'name',
+    );
+    assert.equal(none.trim(), '');
+  });
+
+  test('a CEL Policy and a PolicyServer without an image are accepted', () => {
+    const out = kubectl(
+      testCluster(),
+      ['apply', '--dry-run=server', '-f', '-'],
+      [
+        {
+          apiVersion: 'rollcall.dev/v1alpha1',
+          kind: 'PolicyServer',
+          metadata: { name: `${server}-own` },
+          spec: { replicas: 2 },
+        },
+        {
+          apiVersion: 'rollcall.dev/v1alpha1',
+          kind: 'Policy',
+          metadata: { name: `${policy}-cel` },
+          spec: {
+            policyServer: server,
+            rules: [
+              { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] },
+            ],
+            variables: [{ name: 'labels', expression: 'object.metadata.?labels.orValue({})' }],
+            matchConditions: [
+              { name: 'not-system', expression: "request.namespace != 'kube-system'" },
+            ],
+            validations: [
+              {
+                expression: "'team' in variables.labels",
+                messageExpression: "'pod ' + object.metadata.name + ' has no team label'",
+                reason: 'Forbidden',
+              },
+            ],
+            settings: { team: 'required' },
+          },
+        },
+      ]
+        .map((o) => stringify(o))
+        .join('---\n'),
+    );
+    assert.match(out, /policyserver.rollcall.dev\/\S+-own created \(server dry run\)/);
+    assert.match(out, /policy.rollcall.dev\/\S+-cel created \(server dry run\)/);
+  });
+
+  test('a PolicyRevision records one generation and cannot be changed into another', () => {
+    const name = `${policy}-1`;
+    const revision = (generation: number) =>
+      stringify({
+        apiVersion: 'rollcall.dev/v1alpha1',
+        kind: 'PolicyRevision',
+        metadata: { name, labels: { 'rollcall.dev/policy': policy } },
+        spec: { policy, policyUID: 'uid-1', generation, policySpec: { module: 'sim://ok' } },
+      });
+    kubectl(testCluster(), ['apply', '-f', '-'], revision(1));
+    after(() => run('delete', 'polrev', name, '--ignore-not-found'));
+    assert.match(run('get', 'polrev', name), new RegExp(`^${name}\\s+${policy}\\s+1\\s+`, 'm'));
+    assert.throws(
+      () => kubectl(testCluster(), ['apply', '-f', '-'], revision(2)),
+      /records one generation of one Policy and is immutable/,
+    );
+    assert.match(run('get', 'rollcall'), new RegExp(`policyrevision.rollcall.dev/${name}`));
+  });
+
   test('kubectl explain documents the fields', () => {
     const explained = run('explain', 'policy.spec.rules');
     assert.match(explained, /FIELD: rules/);

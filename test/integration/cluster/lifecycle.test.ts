@@ -22,8 +22,12 @@ test('cluster up is idempotent and cluster down stops every process', async (t) 
   const first = await up(dir, quiet);
   try {
     const pids = Object.values(first.pids);
-    assert.equal(pids.length, 5, 'etcd, apiserver, controller manager, scheduler and kwok run');
-    assert.equal(processesUsing(dir).length, 5);
+    assert.equal(
+      pids.length,
+      6,
+      'etcd, apiserver, controller manager, scheduler, kwok and the node agent run',
+    );
+    assert.equal(processesUsing(dir).length, 6);
 
     const messages: string[] = [];
     const second = await up(dir, (line) => messages.push(line));

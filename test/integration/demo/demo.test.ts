@@ -9,8 +9,8 @@ import { test } from 'node:test';
 import { repoRoot } from '../../../cluster/paths.ts';
 
 test(
-  'npm run demo -- --once shows Ready 3/3, the Stalled policies with their errors, and a denied request',
-  { timeout: 150_000 },
+  'npm run demo -- --once shows real policy servers: a CEL policy Ready 3/3 that denies a request, and a CEL typo, a 404 source and a digest mismatch Stalled with their errors',
+  { timeout: 240_000 },
   async (t) => {
     const dir = mkdtempSync(join(tmpdir(), 'rollcall-demo-'));
     // The demo must start its own Redis and cluster, whatever the test run's environment says.
@@ -41,16 +41,27 @@ test(
         stdout.split('\n').findLast((l) => l.includes(`policy.rollcall.dev/${name} `)) ?? '';
       assert.match(stdout, /policyserver\.rollcall\.dev\/default\s+3\s+3\/3\s+Ready/, context);
       assert.match(row('require-labels'), /\s3\/3\s+Ready\s/, context);
+      // Real failures, each with what the replicas said.
       assert.match(
         row('deny-latest-tag'),
-        /\s0\/3\s+Stalled\s.*module download failed: 404 Not Found \(and 2 more replicas\)/,
+        /\s0\/3\s+Stalled\s.*404.*\(and 2 more replicas\)/,
         context,
       );
       assert.match(
         row('limit-replicas'),
-        /\s0\/3\s+Stalled\s.*invalid settings: maxReplicas must be a positive integer/,
+        /\s0\/3\s+Stalled\s.*spec\.validations\[0\]\.expression: .*'param'.* at \d+:\d+/,
         context,
       );
+      assert.match(
+        row('require-probes'),
+        /\s0\/3\s+Stalled\s.*[0-9a-f]{64}.*[0-9a-f]{64}/,
+        context,
+      );
+      // Three real processes, one per pod.
+      const processes = stdout.match(
+        /^ {2}policy-server-default-\S+ +pid \d+ +https:\/\/127\.0\.0\.1:\d+$/gm,
+      );
+      assert.equal(processes?.length, 3, context);
       assert.match(
         stdout,
         /admission webhook "require-labels\.[^"]*" denied the request: pods in the demo namespace need an owner label/,

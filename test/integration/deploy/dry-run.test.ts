@@ -2,15 +2,16 @@
 // (which runs admission and schema validation but persists nothing), plus offline checks of
 // what a reviewer would otherwise check by eye.
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { parseRedisUrl } from '../../../queue/redis-url.ts';
 import {
   build,
-  createNamespace,
-  deleteNamespace,
   deployDir,
   kubectlRun,
-  namespaceExists,
+  toYaml,
+  withNamespaceForDryRuns,
   type Manifest,
 } from './manifests.ts';
 
@@ -37,19 +38,7 @@ const find = (ms: Manifest[], kind: string, name: string) => {
 };
 
 describe('deploy/ (kustomize)', () => {
-  // A server-side dry run of a Namespace does not create it, so the namespaced objects after
-  // it would fail with NotFound: the namespace must exist for real (as it does after the
-  // first real `kubectl apply -k`). Create it only if absent, and remove only what we made.
-  let createdNamespace = false;
-  before(() => {
-    if (!namespaceExists()) {
-      createNamespace();
-      createdNamespace = true;
-    }
-  });
-  after(() => {
-    if (createdNamespace) deleteNamespace();
-  });
+  withNamespaceForDryRuns();
 
   test('kubectl apply --dry-run=server -k deploy/ succeeds', () => {
     const out = kubectlRun(['apply', '--dry-run=server', '-k', deployDir]);
@@ -97,6 +86,39 @@ describe('deploy/ (kustomize)', () => {
     );
   });
 
+  test('components/redis-sentinel: 3 Redis and 3 Sentinels, rollcall on redis+sentinel:// naming them, passes a server dry run', () => {
+    const all = build(join(import.meta.dirname, 'overlay-sentinel'));
+    const replicas = (name: string) =>
+      (find(all, 'StatefulSet', name).spec as { replicas: number }).replicas;
+    assert.equal(replicas('rollcall-redis'), 3);
+    assert.equal(replicas('rollcall-redis-sentinel'), 3);
+    assert.ok(
+      !all.some((m) => m.kind === 'Service' && m.metadata.name === 'rollcall-redis'),
+      'no Service spreads clients over replicas',
+    );
+    for (const name of ['rollcall-watcher', 'rollcall-worker']) {
+      const env = podSpec(find(all, 'Deployment', name)).containers[0]!.env as {
+        name: string;
+        value?: string;
+      }[];
+      const target = parseRedisUrl(env.find((e) => e.name === 'REDIS_URL')?.value ?? '');
+      assert.equal(target.kind, 'sentinel');
+      assert.deepEqual(
+        target.kind === 'sentinel' && target.sentinels.map((n) => `${n.host}:${n.port}`),
+        [0, 1, 2].map((i) => `rollcall-redis-sentinel-${i}.rollcall-redis-sentinel:26379`),
+      );
+    }
+    // The start scripts are POSIX sh (the official image's alpine has no bash).
+    const scripts = all.find(
+      (m) => m.kind === 'ConfigMap' && m.metadata.name.startsWith('rollcall-redis-scripts'),
+    );
+    for (const [file, text] of Object.entries((scripts?.data ?? {}) as Record<string, string>))
+      assert.equal(spawnSync('sh', ['-n'], { input: text }).status, 0, `${file} parses`);
+    assert.equal(Object.keys((scripts?.data ?? {}) as object).length, 2);
+    const out = kubectlRun(['apply', '--dry-run=server', '-f', '-'], toYaml(all));
+    assert.equal(out.status, 0, out.stderr);
+  });
+
   test('the default build has no ServiceMonitor, and the CRDs come from deploy/crds', () => {
     const ms = build();
     assert.equal(ms.filter((m) => m.kind === 'ServiceMonitor').length, 0);
@@ -105,7 +127,7 @@ describe('deploy/ (kustomize)', () => {
         .filter((m) => m.kind === 'CustomResourceDefinition')
         .map((m) => m.metadata.name)
         .sort(),
-      ['policies.rollcall.dev', 'policyservers.rollcall.dev'],
+      ['policies.rollcall.dev', 'policyrevisions.rollcall.dev', 'policyservers.rollcall.dev'],
     );
   });
 

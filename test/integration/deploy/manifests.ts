@@ -1,12 +1,16 @@
 // Helpers for the deploy tests: build deploy/ with the cluster's own kubectl (kustomize is
-// built in), and apply or remove parts of it on the test cluster.
+// built in), render charts/rollcall with helm (built from its module, cached), and apply or
+// remove parts of them on the test cluster.
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { parseAllDocuments } from 'yaml';
+import { ensureHelm } from '../../../cluster/build.ts';
 import { repoRoot } from '../../../cluster/paths.ts';
 import { testCluster } from '../../support/kube.ts';
 
 export const deployDir = join(repoRoot, 'deploy');
+export const chartDir = join(repoRoot, 'charts', 'rollcall');
 export const NAMESPACE = 'rollcall-system';
 
 export interface Manifest {
@@ -16,14 +20,14 @@ export interface Manifest {
   [field: string]: unknown;
 }
 
-export interface KubectlResult {
+export interface CommandResult {
   status: number;
   stdout: string;
   stderr: string;
 }
 
 /** Runs the test cluster's kubectl as admin; never throws (callers assert on the result). */
-export function kubectlRun(args: string[], input?: string): KubectlResult {
+export function kubectlRun(args: string[], input?: string): CommandResult {
   const state = testCluster();
   const out = spawnSync(
     state.binaries.kube,
@@ -44,11 +48,41 @@ export function kubectlOk(args: string[], input?: string): string {
   return out.stdout;
 }
 
-/** `kubectl kustomize DIR`, parsed. */
-export function build(dir = deployDir): Manifest[] {
-  return parseAllDocuments(kubectlOk(['kustomize', dir]))
+const parseManifests = (text: string) =>
+  parseAllDocuments(text)
     .map((doc) => doc.toJS() as Manifest)
     .filter((m) => m !== null);
+
+/** `kubectl kustomize DIR`, parsed. */
+export function build(dir = deployDir): Manifest[] {
+  return parseManifests(kubectlOk(['kustomize', dir]));
+}
+
+let helm: Promise<string> | undefined;
+
+/** Runs helm (built on first use); never throws (callers assert on the result). */
+export async function helmRun(args: string[]): Promise<CommandResult> {
+  helm ??= ensureHelm((line) => console.log(`# ${line}`));
+  const out = spawnSync(await helm, args, { encoding: 'utf8' });
+  return { status: out.status ?? -1, stdout: out.stdout ?? '', stderr: out.stderr ?? '' };
+}
+
+/**
+ * `helm template rollcall charts/rollcall --namespace rollcall-system --include-crds <args>`,
+ * parsed: what `helm install rollcall charts/rollcall -n rollcall-system` would create.
+ */
+export async function renderChart(args: string[] = []): Promise<Manifest[]> {
+  const out = await helmRun([
+    'template',
+    'rollcall',
+    chartDir,
+    '--namespace',
+    NAMESPACE,
+    '--include-crds',
+    ...args,
+  ]);
+  if (out.status !== 0) throw new Error(`helm template failed (${out.status}): ${out.stderr}`);
+  return parseManifests(out.stdout);
 }
 
 export const toYaml = (manifests: Manifest[]) =>
@@ -80,4 +114,23 @@ export function deleteNamespace(name = NAMESPACE): void {
 export function createNamespace(name = NAMESPACE): void {
   kubectlRun(['wait', '--for=delete', `namespace/${name}`, '--timeout=60s']);
   kubectlOk(['create', 'namespace', name]);
+}
+
+/**
+ * For the surrounding suite: rollcall's namespace, created before it when absent and deleted
+ * after it only then. A server-side dry run of a Namespace does not create it, so the
+ * namespaced objects after it would fail with NotFound: the namespace must exist for real (as
+ * it does after the first real install).
+ */
+export function withNamespaceForDryRuns(): void {
+  let created = false;
+  before(() => {
+    if (!namespaceExists()) {
+      createNamespace();
+      created = true;
+    }
+  });
+  after(() => {
+    if (created) deleteNamespace();
+  });
 }

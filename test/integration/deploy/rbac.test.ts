@@ -1,7 +1,8 @@
-// The RBAC in deploy/ is enough and not more. Enough: the end-to-end scenario passes with
-// the watcher and the worker running as separate processes under their ServiceAccounts'
-// identities (bearer tokens minted by the TokenRequest API, as a pod would get). Not more:
-// a table of `kubectl auth can-i` checks, printed and asserted, and no wildcard anywhere.
+// The RBAC in deploy/, and in charts/rollcall as `helm template` renders it, is enough and not
+// more. Enough: the end-to-end scenario passes with the watcher and the worker running as
+// separate processes under their ServiceAccounts' identities (bearer tokens minted by the
+// TokenRequest API, as a pod would get). Not more: a table of `kubectl auth can-i` checks,
+// printed and asserted, and no wildcard anywhere.
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -30,6 +31,7 @@ import {
   kubectlRun,
   NAMESPACE,
   RBAC_KINDS,
+  renderChart,
   toYaml,
   type Manifest,
 } from './manifests.ts';
@@ -37,7 +39,11 @@ import {
 const kc = testKubeConfig();
 const db = testDb();
 const sa = (name: string) => `system:serviceaccount:${NAMESPACE}:${name}`;
-const rbac = build().filter((m) => RBAC_KINDS.has(m.kind));
+const rbacOf = (manifests: Manifest[]) => manifests.filter((m) => RBAC_KINDS.has(m.kind));
+const sources: [string, Manifest[]][] = [
+  ['deploy/', rbacOf(build())],
+  ['charts/rollcall', rbacOf(await renderChart())],
+];
 const condition = (p: Policy | PolicyServer, type: string) =>
   p.status?.conditions?.find((c) => c.type === type);
 const isCurrent = (p: Policy) => p.status?.observedGeneration === p.metadata.generation;
@@ -85,6 +91,9 @@ const CHECKS: Check[] = [
   ['rollcall-watcher', 'patch', 'policies.rollcall.dev/status', '', false],
   ['rollcall-watcher', 'patch', 'validatingwebhookconfigurations', '', false],
   ['rollcall-watcher', 'get', 'secrets', ns, false],
+  ['rollcall-watcher', 'list', 'secrets', ns, true],
+  ['rollcall-watcher', 'watch', 'secrets', ns, true],
+  ['rollcall-watcher', 'list', 'secrets', 'default', false],
   ['rollcall-worker', 'patch', 'policies.rollcall.dev/status', '', true],
   ['rollcall-worker', 'patch', 'policyservers.rollcall.dev/status', '', true],
   ['rollcall-worker', 'patch', 'policies.rollcall.dev', '', false],
@@ -100,12 +109,34 @@ const CHECKS: Check[] = [
   ['rollcall-worker', 'patch', 'services', ns, true],
   ['rollcall-worker', 'create', 'events.events.k8s.io', 'default', true],
   ['rollcall-worker', 'create', 'events.events.k8s.io', 'kube-system', false],
-  ['rollcall-worker', 'get', 'secrets', ns, false],
+  ['rollcall-worker', 'get', 'secrets', ns, true],
+  ['rollcall-worker', 'create', 'secrets', ns, true],
+  ['rollcall-worker', 'update', 'secrets', ns, true],
+  ['rollcall-worker', 'list', 'secrets', ns, false],
+  ['rollcall-worker', 'watch', 'secrets', ns, false],
+  ['rollcall-worker', 'delete', 'secrets', ns, false],
+  ['rollcall-worker', 'get', 'secrets', 'default', false],
+  ['rollcall-worker', 'get', 'secrets', 'kube-system', false],
+  ['rollcall-worker', 'create', 'policyrevisions.rollcall.dev', '', true],
+  ['rollcall-worker', 'list', 'policyrevisions.rollcall.dev', '', true],
+  ['rollcall-worker', 'delete', 'policyrevisions.rollcall.dev', '', true],
+  ['rollcall-worker', 'update', 'policyrevisions.rollcall.dev', '', false],
+  ['rollcall-worker', 'patch', 'policyrevisions.rollcall.dev', '', false],
   ['rollcall-worker', 'list', 'pods', ns, false],
   ['rollcall-worker', 'create', 'leases.coordination.k8s.io', ns, false],
   ['rollcall-policy-server', 'get', 'pods', ns, true],
   ['rollcall-policy-server', 'patch', 'pods', ns, true],
   ['rollcall-policy-server', 'list', 'policies.rollcall.dev', '', true],
+  ['rollcall-policy-server', 'watch', 'policies.rollcall.dev', '', true],
+  ['rollcall-policy-server', 'list', 'policyrevisions.rollcall.dev', '', true],
+  ['rollcall-policy-server', 'watch', 'policyrevisions.rollcall.dev', '', true],
+  ['rollcall-policy-server', 'get', 'policyrevisions.rollcall.dev', '', true],
+  ['rollcall-policy-server', 'create', 'policyrevisions.rollcall.dev', '', false],
+  ['rollcall-policy-server', 'delete', 'policyrevisions.rollcall.dev', '', false],
+  ['rollcall-policy-server', 'watch', 'namespaces', '', true],
+  ['rollcall-policy-server', 'list', 'namespaces', '', true],
+  ['rollcall-policy-server', 'delete', 'namespaces', '', false],
+  ['rollcall-policy-server', 'list', 'secrets', '', false],
   ['rollcall-policy-server', 'list', 'pods', ns, false],
   ['rollcall-policy-server', 'delete', 'pods', ns, false],
   ['rollcall-policy-server', 'patch', 'pods', 'default', false],
@@ -137,180 +168,198 @@ function canI([account, verb, resource, namespace]: Check): boolean {
   return out.status === 0;
 }
 
-describe('RBAC of deploy/', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rollcall-rbac-'));
-  const processes: RollcallProcess[] = [];
-  const run = uniqueName('rbac');
+for (const [source, rbac] of sources)
+  describe(`RBAC of ${source}`, () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rollcall-rbac-'));
+    const processes: RollcallProcess[] = [];
+    const run = uniqueName('rbac');
 
-  before(() => {
-    createNamespace();
-    apply(...rbac.filter((m) => m.kind !== 'Namespace'));
-    kubectlOk([
-      'wait',
-      '--for=condition=Established',
-      'crd/policies.rollcall.dev',
-      'crd/policyservers.rollcall.dev',
-      '--timeout=60s',
-    ]);
-  });
-
-  after(async () => {
-    await Promise.all(processes.map((p) => p.stop()));
-    await deleteRollcallObjects(kc);
-    // Cluster-scoped and `default`-namespace objects first (the CRDs stay: other files use them),
-    // then the namespace with everything in it.
-    const outside = rbac.filter(
-      (m: Manifest) =>
-        m.kind !== 'CustomResourceDefinition' &&
-        m.kind !== 'Namespace' &&
-        m.metadata.namespace !== NAMESPACE,
-    );
-    kubectlRun(['delete', '--ignore-not-found', '-f', '-'], toYaml(outside));
-    deleteNamespace();
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  test('no rule uses a wildcard verb, resource or API group', () => {
-    const roles = rbac.filter((m) => m.kind === 'Role' || m.kind === 'ClusterRole');
-    assert.ok(roles.length >= 6);
-    for (const role of roles) {
-      for (const rule of role.rules as {
-        apiGroups: string[];
-        resources: string[];
-        verbs: string[];
-      }[]) {
-        for (const v of [...rule.apiGroups, ...rule.resources, ...rule.verbs])
-          assert.ok(!v.includes('*'), `${role.kind}/${role.metadata.name} has a wildcard: ${v}`);
-      }
-    }
-  });
-
-  test('kubectl auth can-i: each account may do what its role needs and nothing else checked here', () => {
-    const rows = CHECKS.map((check) => ({ check, got: canI(check) }));
-    const w = [24, 7, 46, 16];
-    const line = (cells: string[]) => cells.map((c, i) => c.padEnd(w[i] ?? 6)).join(' ');
-    console.log(
-      [
-        '',
-        line(['ACCOUNT', 'VERB', 'RESOURCE', 'NAMESPACE', 'CAN-I', 'EXPECTED']),
-        ...rows.map(({ check: [a, v, r, n, want], got }) =>
-          line([a, v, r, n || '(cluster)', got ? 'yes' : 'no', want ? 'yes' : 'no']),
-        ),
-        '',
-      ].join('\n'),
-    );
-    const wrong = rows
-      .filter(({ check, got }) => got !== check[4])
-      .map(({ check }) => check.join(' '));
-    assert.deepEqual(wrong, [], 'every check matches the expectation');
-  });
-
-  test('the end-to-end scenario passes with the watcher and the worker under their ServiceAccounts', async () => {
-    const common = ['--namespace', NAMESPACE, '--port', '0'];
-    processes.push(
-      startRollcall(`${run}-watcher`, ['watcher', ...common], {
-        db,
-        env: { KUBECONFIG: kubeconfigFor('rollcall-watcher', dir) },
-      }),
-    );
-    processes.push(
-      startRollcall(`${run}-worker`, ['worker', ...common], {
-        db,
-        env: { KUBECONFIG: kubeconfigFor('rollcall-worker', dir) },
-      }),
-    );
-    // The simulated data plane plays the policy servers' pods; it runs as admin.
-    processes.push(startRollcall(`${run}-sim`, ['sim', '--namespace', NAMESPACE], { db }));
-
-    const ps = uniqueName('ps').slice(0, 40);
-    apply({
-      apiVersion: 'rollcall.dev/v1alpha1',
-      kind: 'PolicyServer',
-      metadata: { name: ps },
-      spec: {
-        image: 'sim://policy-server',
-        replicas: 2,
-        serviceAccountName: 'rollcall-policy-server',
-      },
+    before(() => {
+      createNamespace();
+      apply(...rbac.filter((m) => m.kind !== 'Namespace'));
+      kubectlOk([
+        'wait',
+        '--for=condition=Established',
+        'crd/policies.rollcall.dev',
+        'crd/policyservers.rollcall.dev',
+        '--timeout=60s',
+      ]);
     });
-    const policy = (name: string, module: string) => ({
-      apiVersion: 'rollcall.dev/v1alpha1',
-      kind: 'Policy',
-      metadata: { name },
-      spec: {
-        policyServer: ps,
-        module,
-        rules: [
-          { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] },
-        ],
-      },
-    });
-    const good = `${run}-good`;
-    const broken = `${run}-broken`;
-    apply(
-      policy(good, 'sim://ok'),
-      policy(broken, 'sim://fail?message=module+download+failed:+404'),
-    );
-    const waitPolicy = (name: string, done: (p: Policy) => boolean) =>
-      watchUntil<Policy & KubernetesObject>(kc, '/apis/rollcall.dev/v1alpha1/policies', done, {
-        fieldSelector: `metadata.name=${name}`,
-        timeoutMs: 60_000,
-      });
 
-    const ready = await waitPolicy(
-      good,
-      (p) => isCurrent(p) && condition(p, 'Ready')?.status === 'True',
-    );
-    assert.equal(ready.status?.ready, '2/2');
-    const admission = kc.makeApiClient(AdmissionregistrationV1Api);
-    // The webhook follows Ready (its own key, its own job): watch for it.
-    const hook = await watchUntil<V1ValidatingWebhookConfiguration>(
-      kc,
-      '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations',
-      () => true,
-      {
-        fieldSelector: `metadata.name=rollcall-${good}`,
-        timeoutMs: 30_000,
-      },
-    );
-    assert.equal(hook.webhooks?.[0]?.clientConfig.service?.namespace, NAMESPACE);
-
-    const stalled = await waitPolicy(
-      broken,
-      (p) => isCurrent(p) && condition(p, 'Stalled')?.status === 'True',
-    );
-    assert.equal(condition(stalled, 'Ready')?.status, 'False');
-    await assert.rejects(
-      admission.readValidatingWebhookConfiguration({ name: `rollcall-${broken}` }),
-      (err: { code?: number }) => err.code === 404,
-    );
-    // The Warning Event proves the worker may create Events in `default`.
-    await watchUntil<KubernetesObject & { type?: string; regarding?: { uid?: string } }>(
-      kc,
-      '/apis/events.k8s.io/v1/namespaces/default/events',
-      (e) => e.regarding?.uid === stalled.metadata.uid && e.type === 'Warning',
-      { timeoutMs: 30_000 },
-    );
-    const server = await watchUntil<PolicyServer & KubernetesObject>(
-      kc,
-      '/apis/rollcall.dev/v1alpha1/policyservers',
-      (s) => condition(s, 'Ready')?.status === 'True',
-      {
-        fieldSelector: `metadata.name=${ps}`,
-        timeoutMs: 30_000,
-      },
-    );
-    assert.equal(server.status?.readyReplicas, 2);
-
-    // Nothing the roles tried was refused (a 403 is retried with backoff, so the scenario
-    // could pass slowly with a missing permission: the logs say whether it happened).
-    for (const role of ['watcher', 'worker']) {
-      const log = readFileSync(join(logDir, `${run}-${role}.log`), 'utf8');
-      assert.doesNotMatch(
-        log,
-        /forbidden|"code":403|statusCode":403/i,
-        `${role} was refused something; see ${logDir}/${run}-${role}.log`,
+    after(async () => {
+      await Promise.all(processes.map((p) => p.stop()));
+      await deleteRollcallObjects(kc);
+      // Cluster-scoped and `default`-namespace objects first (the CRDs stay: other files use them),
+      // then the namespace with everything in it.
+      const outside = rbac.filter(
+        (m: Manifest) =>
+          m.kind !== 'CustomResourceDefinition' &&
+          m.kind !== 'Namespace' &&
+          m.metadata.namespace !== NAMESPACE,
       );
-    }
+      kubectlRun(['delete', '--ignore-not-found', '-f', '-'], toYaml(outside));
+      deleteNamespace();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    test('no rule uses a wildcard verb, resource or API group', () => {
+      const roles = rbac.filter((m) => m.kind === 'Role' || m.kind === 'ClusterRole');
+      assert.ok(roles.length >= 6);
+      for (const role of roles) {
+        for (const rule of role.rules as {
+          apiGroups: string[];
+          resources: string[];
+          verbs: string[];
+        }[]) {
+          for (const v of [...rule.apiGroups, ...rule.resources, ...rule.verbs])
+            assert.ok(!v.includes('*'), `${role.kind}/${role.metadata.name} has a wildcard: ${v}`);
+        }
+      }
+    });
+
+    test('kubectl auth can-i: each account may do what its role needs and nothing else checked here', () => {
+      const rows = CHECKS.map((check) => ({ check, got: canI(check) }));
+      const w = [24, 7, 46, 16];
+      const line = (cells: string[]) => cells.map((c, i) => c.padEnd(w[i] ?? 6)).join(' ');
+      console.log(
+        [
+          '',
+          line(['ACCOUNT', 'VERB', 'RESOURCE', 'NAMESPACE', 'CAN-I', 'EXPECTED']),
+          ...rows.map(({ check: [a, v, r, n, want], got }) =>
+            line([a, v, r, n || '(cluster)', got ? 'yes' : 'no', want ? 'yes' : 'no']),
+          ),
+          '',
+        ].join('\n'),
+      );
+      const wrong = rows
+        .filter(({ check, got }) => got !== check[4])
+        .map(({ check }) => check.join(' '));
+      assert.deepEqual(wrong, [], 'every check matches the expectation');
+    });
+
+    test('the end-to-end scenario passes with the watcher and the worker under their ServiceAccounts', async () => {
+      const common = ['--namespace', NAMESPACE, '--port', '0'];
+      processes.push(
+        startRollcall(`${run}-watcher`, ['watcher', ...common], {
+          db,
+          env: { KUBECONFIG: kubeconfigFor('rollcall-watcher', dir) },
+        }),
+      );
+      processes.push(
+        startRollcall(`${run}-worker`, ['worker', ...common], {
+          db,
+          env: { KUBECONFIG: kubeconfigFor('rollcall-worker', dir) },
+        }),
+      );
+      // The simulated data plane plays the policy servers' pods; it runs as admin.
+      processes.push(startRollcall(`${run}-sim`, ['sim', '--namespace', NAMESPACE], { db }));
+
+      const ps = uniqueName('ps').slice(0, 40);
+      apply({
+        apiVersion: 'rollcall.dev/v1alpha1',
+        kind: 'PolicyServer',
+        metadata: { name: ps },
+        spec: {
+          image: 'sim://policy-server',
+          replicas: 2,
+          serviceAccountName: 'rollcall-policy-server',
+        },
+      });
+      const policy = (name: string, module: string) => ({
+        apiVersion: 'rollcall.dev/v1alpha1',
+        kind: 'Policy',
+        metadata: { name },
+        spec: {
+          policyServer: ps,
+          module,
+          rules: [
+            { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] },
+          ],
+        },
+      });
+      const good = `${run}-good`;
+      const broken = `${run}-broken`;
+      apply(
+        policy(good, 'sim://ok'),
+        policy(broken, 'sim://fail?message=module+download+failed:+404'),
+      );
+      const waitPolicy = (name: string, done: (p: Policy) => boolean) =>
+        watchUntil<Policy & KubernetesObject>(kc, '/apis/rollcall.dev/v1alpha1/policies', done, {
+          fieldSelector: `metadata.name=${name}`,
+          timeoutMs: 60_000,
+        });
+
+      const ready = await waitPolicy(
+        good,
+        (p) => isCurrent(p) && condition(p, 'Ready')?.status === 'True',
+      );
+      assert.equal(ready.status?.ready, '2/2');
+      const admission = kc.makeApiClient(AdmissionregistrationV1Api);
+      // The webhook follows Ready (its own key, its own job): watch for it.
+      const hook = await watchUntil<V1ValidatingWebhookConfiguration>(
+        kc,
+        '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations',
+        () => true,
+        {
+          fieldSelector: `metadata.name=rollcall-${good}`,
+          timeoutMs: 30_000,
+        },
+      );
+      assert.equal(hook.webhooks?.[0]?.clientConfig.service?.namespace, NAMESPACE);
+
+      const stalled = await waitPolicy(
+        broken,
+        (p) => isCurrent(p) && condition(p, 'Stalled')?.status === 'True',
+      );
+      assert.equal(condition(stalled, 'Ready')?.status, 'False');
+      await assert.rejects(
+        admission.readValidatingWebhookConfiguration({ name: `rollcall-${broken}` }),
+        (err: { code?: number }) => err.code === 404,
+      );
+      // The Warning Event proves the worker may create Events in `default`.
+      await watchUntil<KubernetesObject & { type?: string; regarding?: { uid?: string } }>(
+        kc,
+        '/apis/events.k8s.io/v1/namespaces/default/events',
+        (e) => e.regarding?.uid === stalled.metadata.uid && e.type === 'Warning',
+        { timeoutMs: 30_000 },
+      );
+      const server = await watchUntil<PolicyServer & KubernetesObject>(
+        kc,
+        '/apis/rollcall.dev/v1alpha1/policyservers',
+        (s) => condition(s, 'Ready')?.status === 'True',
+        {
+          fieldSelector: `metadata.name=${ps}`,
+          timeoutMs: 30_000,
+        },
+      );
+      assert.equal(server.status?.readyReplicas, 2);
+
+      // A PolicyServer of rollcall's image without a CA: the worker creates the webhook CA and
+      // the server's serving certificate Secret under its own identity (get/create on Secrets).
+      const own = `${ps}-own`.slice(0, 50);
+      apply({
+        apiVersion: 'rollcall.dev/v1alpha1',
+        kind: 'PolicyServer',
+        metadata: { name: own },
+        spec: { replicas: 1, serviceAccountName: 'rollcall-policy-server' },
+      });
+      const tls = await watchUntil<KubernetesObject & { type?: string }>(
+        kc,
+        `/api/v1/namespaces/${NAMESPACE}/secrets`,
+        () => true,
+        { fieldSelector: `metadata.name=policy-server-${own}-tls`, timeoutMs: 30_000 },
+      );
+      assert.equal(tls.type, 'kubernetes.io/tls');
+
+      // Nothing the roles tried was refused (a 403 is retried with backoff, so the scenario
+      // could pass slowly with a missing permission: the logs say whether it happened).
+      for (const role of ['watcher', 'worker']) {
+        const log = readFileSync(join(logDir, `${run}-${role}.log`), 'utf8');
+        assert.doesNotMatch(
+          log,
+          /forbidden|"code":403|statusCode":403/i,
+          `${role} was refused something; see ${logDir}/${run}-${role}.log`,
+        );
+      }
+    });
   });
-});

@@ -3,19 +3,18 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
-import { stringify } from 'yaml';
 import {
   AdmissionregistrationV1Api,
   CoreV1Api,
+  CustomObjectsApi,
   EventsV1Api,
   type KubernetesObject,
   type V1ValidatingWebhookConfiguration,
 } from '@kubernetes/client-node';
 import { Queue } from 'bullmq';
 import { kubectl } from '../../../cluster/cluster.ts';
-import type { Policy, PolicyServer } from '../../../api/v1alpha1.ts';
+import type { PolicyRevision, PolicyServer } from '../../../api/v1alpha1.ts';
 import { createRedis } from '../../../queue/index.ts';
-import { installCrds } from '../../../roles/install-crds.ts';
 import {
   testCluster,
   testKubeConfig,
@@ -23,57 +22,28 @@ import {
   waitGone,
   watchUntil,
 } from '../../support/kube.ts';
+import { Processes } from '../../support/driver.ts';
 import {
-  deleteRollcallObjects,
-  ensureNamespace,
-  startRollcall,
-  testDb,
-  type RollcallProcess,
-} from '../../support/rollcall.ts';
+  createRule,
+  policyManifest,
+  policyServerManifest,
+  SIM_IMAGE,
+} from '../../support/manifests.ts';
+import { testDb } from '../../support/rollcall.ts';
 import { redisUrl } from '../../support/redis.ts';
-import { waitFor } from '../ops/support.ts';
+import { waitFor } from '../../support/poll.ts';
+import { apply, condition, isCurrent, waitPolicy } from '../../support/scenario.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rollcall-e2e';
 const db = testDb();
-const policies = '/apis/rollcall.dev/v1alpha1/policies';
 const servers = '/apis/rollcall.dev/v1alpha1/policyservers';
 const webhooks = '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations';
 
-type Obj = KubernetesObject & Record<string, unknown>;
-const apply = (...objects: Obj[]) =>
-  kubectl(testCluster(), ['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
-const condition = (p: Policy | PolicyServer, type: string) =>
-  p.status?.conditions?.find((c) => c.type === type);
-const isCurrent = (p: Policy) => p.status?.observedGeneration === p.metadata.generation;
-
-function server(name: string, replicas: number, extra: Record<string, unknown> = {}): Obj {
-  return {
-    apiVersion: 'rollcall.dev/v1alpha1',
-    kind: 'PolicyServer',
-    metadata: { name },
-    spec: { image: 'sim://policy-server', replicas, ...extra },
-  };
-}
-
-function policy(name: string, serverName: string, module: string, resources = ['pods']): Obj {
-  return {
-    apiVersion: 'rollcall.dev/v1alpha1',
-    kind: 'Policy',
-    metadata: { name },
-    spec: {
-      policyServer: serverName,
-      module,
-      rules: [{ operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources }],
-    },
-  };
-}
-
-const waitPolicy = (name: string, done: (p: Policy) => boolean, timeoutMs = 60_000) =>
-  watchUntil<Policy & KubernetesObject>(kc, policies, (p) => done(p), {
-    fieldSelector: `metadata.name=${name}`,
-    timeoutMs,
-  });
+const server = (name: string, replicas: number, extra: Record<string, unknown> = {}) =>
+  policyServerManifest(name, { image: SIM_IMAGE, replicas, ...extra });
+const policy = (name: string, serverName: string, module: string, resources = ['pods']) =>
+  policyManifest(name, serverName, { module, rules: [createRule(...resources)] });
 
 async function webhookOf(
   policyName: string,
@@ -87,31 +57,37 @@ async function webhookOf(
     });
 }
 
+async function revisionOf(name: string): Promise<PolicyRevision | undefined> {
+  return (
+    kc.makeApiClient(CustomObjectsApi).getClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural: 'policyrevisions',
+      name,
+    }) as Promise<PolicyRevision>
+  ).catch((err: { code?: number }) => {
+    if (err.code === 404) return undefined;
+    throw err;
+  });
+}
+
 describe('rollcall end to end', () => {
-  let rollcall: RollcallProcess;
-  let sim: RollcallProcess;
+  const procs = new Processes(namespace);
   const ps = uniqueName('ps').slice(0, 40);
 
   before(async () => {
-    await ensureNamespace(kc, namespace);
-    await installCrds(kc, { info: () => {} });
-    rollcall = startRollcall(
-      'e2e-run',
-      ['run', '--install-crds', '--namespace', namespace, '--port', '0'],
-      { db },
-    );
-    sim = startRollcall('e2e-sim', ['sim', '--namespace', namespace], { db });
-    apply(server(ps, 3));
+    await procs.prepare();
+    procs.run(['--install-crds']);
+    procs.sim();
+    await apply(server(ps, 3));
   });
 
-  after(async () => {
-    await Promise.all([rollcall?.stop(), sim?.stop()]);
-    await deleteRollcallObjects(kc);
-  });
+  after(() => procs.cleanUp());
 
   test('a good policy on 3 replicas becomes Ready 3/3 and its webhook enforces its rules', async () => {
-    apply(policy('good', ps, 'sim://ok'));
+    await apply(policy('good', ps, 'sim://ok'));
     const ready = await waitPolicy(
+      kc,
       'good',
       (p) => isCurrent(p) && condition(p, 'Ready')?.status === 'True',
     );
@@ -125,7 +101,11 @@ describe('rollcall end to end', () => {
     });
     const w = hook.webhooks?.[0];
     assert.deepEqual(w?.rules?.[0]?.resources, ['pods']);
-    assert.equal(w?.clientConfig.service?.path, '/validate/good');
+    assert.equal(w?.clientConfig.service?.path, '/validate/good/1', 'the path pins generation 1');
+    const revision = await revisionOf('good-1');
+    assert.equal(revision?.spec.policyUID, ready.metadata.uid, 'generation 1 is recorded');
+    assert.equal(revision?.spec.generation, 1);
+    assert.equal(revision?.spec.policySpec['module'], 'sim://ok');
     assert.deepEqual(w?.namespaceSelector?.matchExpressions?.at(-1), {
       key: 'kubernetes.io/metadata.name',
       operator: 'NotIn',
@@ -149,9 +129,10 @@ describe('rollcall end to end', () => {
   });
 
   test('a policy that fails on every replica is Stalled with their messages, a Warning Event and no webhook; the good one stays Ready', async () => {
-    apply(policy('broken', ps, 'sim://fail?message=module+download+failed:+404'));
+    await apply(policy('broken', ps, 'sim://fail?message=module+download+failed:+404'));
     // Stalled as soon as one replica fails; wait until all three have reported.
     const stalled = await waitPolicy(
+      kc,
       'broken',
       (p) =>
         isCurrent(p) &&
@@ -178,7 +159,7 @@ describe('rollcall end to end', () => {
     assert.match(warning.note ?? '', /module download failed: 404/);
     assert.equal(await webhookOf('broken'), undefined);
 
-    const good = await waitPolicy('good', () => true);
+    const good = await waitPolicy(kc, 'good', () => true);
     assert.equal(condition(good, 'Ready')?.status, 'True');
     assert.ok(await webhookOf('good'));
     // Events are written on transitions only: the Warning is not repeated per reconcile.
@@ -193,8 +174,9 @@ describe('rollcall end to end', () => {
   });
 
   test('updating a Ready policy to a failing module keeps the last good rules and says which generation is served', async () => {
-    apply(policy('good', ps, 'sim://fail?message=bad+release', ['pods', 'services']));
+    await apply(policy('good', ps, 'sim://fail?message=bad+release', ['pods', 'services']));
     const stalled = await waitPolicy(
+      kc,
       'good',
       (p) =>
         p.metadata.generation === 2 && isCurrent(p) && condition(p, 'Stalled')?.status === 'True',
@@ -209,9 +191,12 @@ describe('rollcall end to end', () => {
       'the webhook still enforces generation 1',
     );
     assert.equal(hook?.metadata?.annotations?.['rollcall.dev/served-generation'], '1');
+    assert.equal(hook?.webhooks?.[0]?.clientConfig.service?.path, '/validate/good/1');
+    assert.equal(await revisionOf('good-2'), undefined, 'a failed generation is never recorded');
 
-    apply(policy('good', ps, 'sim://ok', ['pods', 'services']));
+    await apply(policy('good', ps, 'sim://ok', ['pods', 'services']));
     await waitPolicy(
+      kc,
       'good',
       (p) =>
         p.metadata.generation === 3 && isCurrent(p) && condition(p, 'Ready')?.status === 'True',
@@ -225,16 +210,21 @@ describe('rollcall end to end', () => {
       },
     );
     assert.deepEqual(served.webhooks?.[0]?.rules?.[0]?.resources, ['pods', 'services']);
+    assert.equal(served.webhooks?.[0]?.clientConfig.service?.path, '/validate/good/3');
+    assert.equal((await revisionOf('good-3'))?.spec.generation, 3);
+    assert.ok(await revisionOf('good-1'), 'older revisions are kept (the newest 3)');
   });
 
   test('scaling the server 3 → 5 → 2 moves the counts, and deleting a policy removes its webhook', async () => {
-    apply(server(ps, 5));
+    await apply(server(ps, 5));
     await waitPolicy(
+      kc,
       'good',
       (p) => p.status?.ready === '5/5' && condition(p, 'Ready')?.status === 'True',
     );
-    apply(server(ps, 2));
+    await apply(server(ps, 2));
     await waitPolicy(
+      kc,
       'good',
       (p) => p.status?.ready === '2/2' && condition(p, 'Ready')?.status === 'True',
     );
@@ -255,8 +245,9 @@ describe('rollcall end to end', () => {
   test('a pod with the label but not owned by the server is ignored', async () => {
     const core = kc.makeApiClient(CoreV1Api);
     const spoof = uniqueName('spoof');
-    apply(policy('trusted', ps, 'sim://ok'));
-    await waitPolicy(
+    await apply(policy('trusted', ps, 'sim://ok'));
+    const before = await waitPolicy(
+      kc,
       'trusted',
       (p) => isCurrent(p) && p.status?.ready === '2/2' && condition(p, 'Ready')?.status === 'True',
     );
@@ -268,7 +259,12 @@ describe('rollcall end to end', () => {
           labels: { 'rollcall.dev/policy-server': ps },
           annotations: {
             'rollcall.dev/policies': JSON.stringify({
-              trusted: { generation: 1, state: 'Failed', message: 'spoofed' },
+              trusted: {
+                uid: before.metadata.uid,
+                generation: 1,
+                state: 'Failed',
+                message: 'spoofed',
+              },
             }),
           },
         },
@@ -292,7 +288,7 @@ describe('rollcall end to end', () => {
       { fieldSelector: `metadata.name=${spoof}` },
     );
     await new Promise((r) => setTimeout(r, 2000));
-    const trusted = await waitPolicy('trusted', () => true);
+    const trusted = await waitPolicy(kc, 'trusted', () => true);
     assert.equal(condition(trusted, 'Ready')?.status, 'True');
     assert.equal(trusted.status?.ready, '2/2');
     assert.equal(trusted.status?.failedReplicas ?? 0, 0);
@@ -300,7 +296,7 @@ describe('rollcall end to end', () => {
 
   test('a PolicyServer whose pods never become Ready is Reconciling, then Stalled after its progress deadline', async () => {
     const stuck = uniqueName('stuck').slice(0, 40);
-    apply(server(stuck, 2, { image: 'sim://never-ready', progressDeadlineSeconds: 5 }));
+    await apply(server(stuck, 2, { image: 'sim://never-ready', progressDeadlineSeconds: 5 }));
     await watchUntil<PolicyServer & KubernetesObject>(
       kc,
       servers,
@@ -318,13 +314,13 @@ describe('rollcall end to end', () => {
     assert.match(condition(stalled, 'Stalled')?.reason ?? '', /ProgressDeadlineExceeded/);
     assert.equal(condition(stalled, 'Ready')?.status, 'False');
   });
-  test('a server whose CA is an unresolved caSecretRef gets no webhook; the webhook job fails with what to do', async () => {
+  test('a server whose caSecretRef names a missing Secret gets no webhook; the webhook job fails with what to do', async () => {
     const refServer = uniqueName('ps-ca-ref').slice(0, 40);
-    apply(
+    await apply(
       server(refServer, 1, { caSecretRef: { name: 'policy-server-ca' } }),
       policy('ca-ref', refServer, 'sim://ok'),
     );
-    await waitPolicy('ca-ref', (p) => isCurrent(p) && condition(p, 'Ready')?.status === 'True');
+    await waitPolicy(kc, 'ca-ref', (p) => isCurrent(p) && condition(p, 'Ready')?.status === 'True');
     const redis = createRedis(`${redisUrl()}/${db}`, 'producer');
     const queue = new Queue('reconcile', { connection: redis, prefix: 'rollcall' });
     try {
@@ -333,7 +329,7 @@ describe('rollcall end to end', () => {
         30_000,
         'the failed webhook/ca-ref job',
       );
-      assert.match(failed.failedReason, /caSecretRef.*set spec\.caBundle/);
+      assert.match(failed.failedReason, /\(spec\.caSecretRef of .*\) does not exist; create it/);
       assert.equal(await webhookOf('ca-ref'), undefined);
     } finally {
       await queue.close();

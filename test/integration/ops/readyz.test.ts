@@ -6,47 +6,34 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { installCrds } from '../../../roles/install-crds.ts';
+import { HoldingProxy } from '../../support/holding-proxy.ts';
 import { testKubeConfig } from '../../support/kube.ts';
-import {
-  ensureNamespace,
-  startRollcall,
-  testDb,
-  type RollcallProcess,
-} from '../../support/rollcall.ts';
-import { freePort, get, HoldingProxy, TestRedis, waitFor, waitForStatus } from './support.ts';
+import { get, waitFor, waitForStatus } from '../../support/poll.ts';
+import { PrivateRedis } from '../../support/private-redis.ts';
+import { startServing, type ServingRollcall } from '../../support/rollcall.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rollcall-ops-readyz';
 let proxy: HoldingProxy;
-let redis: TestRedis;
-let rollcall: RollcallProcess;
+let redis: PrivateRedis;
+let rollcall: ServingRollcall;
 let readyz: string;
 
 before(async () => {
-  await ensureNamespace(kc, namespace);
-  await installCrds(kc, { info: () => {} });
   proxy = await HoldingProxy.start(kc, '/apis/rollcall.dev/v1alpha1/policies');
-  redis = new TestRedis(await freePort());
+  const tmp = mkdtempSync(join(tmpdir(), 'rollcall-ops-'));
+  redis = new PrivateRedis(join(tmp, 'redis'));
   await redis.start();
-  const port = await freePort();
-  readyz = `http://127.0.0.1:${port}/readyz`;
-  const kubeconfig = proxy.writeKubeconfig(
-    join(mkdtempSync(join(tmpdir(), 'rollcall-ops-')), 'kubeconfig'),
-  );
-  rollcall = startRollcall(
-    'ops-readyz',
-    ['run', '--namespace', namespace, '--port', String(port), '--kubeconfig', kubeconfig],
-    {
-      db: testDb(),
-      env: { REDIS_URL: redis.url },
-    },
-  );
+  const kubeconfig = proxy.writeKubeconfig(join(tmp, 'kubeconfig'));
+  rollcall = await startServing('ops-readyz', 'run', namespace, ['--kubeconfig', kubeconfig], {
+    REDIS_URL: redis.url,
+  });
+  readyz = rollcall.url('/readyz');
 });
 
 after(async () => {
   await rollcall?.kill();
-  await redis?.stop();
+  await redis?.kill();
   await proxy?.close();
 });
 
@@ -72,7 +59,7 @@ test('once the informers have synced and Redis answers, it is ready', async () =
 });
 
 test('with Redis stopped it is not ready (and still alive); with Redis back, ready again', async () => {
-  await redis.stop();
+  await redis.kill();
   const down = await waitForStatus(readyz, 503, 15_000, '/readyz 503 without Redis');
   assert.match(down.body, /Redis/);
   assert.equal((await get(readyz.replace('readyz', 'healthz')))?.status, 200);

@@ -7,15 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createConnection, createServer, type Server } from 'node:net';
 import { after, test } from 'node:test';
-import { installCrds } from '../../../roles/install-crds.ts';
+import { freePort } from '../../../cluster/ports.ts';
 import { testKubeConfig } from '../../support/kube.ts';
-import {
-  ensureNamespace,
-  startRollcall,
-  testDb,
-  type RollcallProcess,
-} from '../../support/rollcall.ts';
-import { freePort, get, waitForStatus } from './support.ts';
+import { get, waitFor, waitForStatus } from '../../support/poll.ts';
+import { startServing, type RollcallProcess } from '../../support/rollcall.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rollcall-ops-standby';
@@ -27,8 +22,6 @@ after(async () => {
 });
 
 test('a watcher that cannot reach the apiserver is not ready, says why, stays alive and recovers', async () => {
-  await ensureNamespace(kc, namespace);
-  await installCrds(kc, { info: () => {} });
   // The test cluster's kubeconfig, pointed at a loopback port where nothing listens yet.
   const config = JSON.parse(kc.exportConfig()) as {
     clusters: { cluster: { server: string } }[];
@@ -39,14 +32,20 @@ test('a watcher that cannot reach the apiserver is not ready, says why, stays al
   const kubeconfig = join(mkdtempSync(join(tmpdir(), 'rollcall-standby-')), 'kubeconfig');
   writeFileSync(kubeconfig, JSON.stringify(config));
 
-  const port = await freePort();
-  rollcall = startRollcall(
-    'ops-standby-readyz',
-    ['watcher', '--namespace', namespace, '--port', String(port)],
-    { db: testDb(), env: { KUBECONFIG: kubeconfig } },
+  const watcher = await startServing('ops-standby-readyz', 'watcher', namespace, [], {
+    KUBECONFIG: kubeconfig,
+  });
+  rollcall = watcher;
+  const readyz = watcher.url('/readyz');
+  // Until its Redis connection is up, /readyz reports that instead: wait for the Lease reason.
+  const res = await waitFor(
+    async () => {
+      const r = await get(readyz);
+      return r?.status === 503 && r.body.includes('Lease') ? r : undefined;
+    },
+    20_000,
+    '/readyz 503 from the cut-off watcher',
   );
-  const readyz = `http://127.0.0.1:${port}/readyz`;
-  const res = await waitForStatus(readyz, 503, 20_000, '/readyz 503 from the cut-off watcher');
   assert.match(res.body, /standby watcher cannot check the leader Lease: .*ECONNREFUSED/);
   assert.match(res.body, new RegExp(namespace), 'names the Lease it could not read');
   assert.equal((await get(readyz.replace('readyz', 'healthz')))?.status, 200);

@@ -7,22 +7,31 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { chromium, type Browser } from 'playwright-core';
-import { stringify } from 'yaml';
-import type { KubernetesObject } from '@kubernetes/client-node';
-import { kubectl } from '../../../cluster/cluster.ts';
 import { repoRoot } from '../../../cluster/paths.ts';
-import type { Policy } from '../../../api/v1alpha1.ts';
-import { installCrds } from '../../../roles/install-crds.ts';
-import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
+import { testKubeConfig, uniqueName } from '../../support/kube.ts';
+import {
+  createRule,
+  policyManifest,
+  policyServerManifest,
+  SIM_IMAGE,
+} from '../../support/manifests.ts';
+import { get, waitFor } from '../../support/poll.ts';
+import { parsePrometheusText, sumOf, type MetricFamily } from '../../support/prom-text.ts';
 import {
   deleteRollcallObjects,
-  ensureNamespace,
   startRollcall,
+  startServing,
   testDb,
   type RollcallProcess,
+  type ServingRollcall,
 } from '../../support/rollcall.ts';
-import { parsePrometheusText, sumOf, type MetricFamily } from './prom-text.ts';
-import { freePort, get, waitFor } from './support.ts';
+import {
+  apply,
+  isCurrent,
+  isTrue,
+  waitPolicy as watchPolicy,
+  type PolicyObject,
+} from '../../support/scenario.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rollcall-ops-ui';
@@ -30,35 +39,14 @@ const artifacts = join(repoRoot, 'test-results', 'ops');
 const server = uniqueName('ops').slice(0, 40);
 const failMessage = 'module download failed: 404 from the registry';
 
-type Obj = KubernetesObject & Record<string, unknown>;
-const apply = (...objects: Obj[]) =>
-  kubectl(testCluster(), ['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
-const policy = (name: string, module: string, settings: Record<string, unknown> = {}): Obj => ({
-  apiVersion: 'rollcall.dev/v1alpha1',
-  kind: 'Policy',
-  metadata: { name },
-  spec: {
-    policyServer: server,
-    module,
-    settings,
-    rules: [
-      { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] },
-    ],
-  },
-});
-const waitPolicy = (name: string, done: (p: Policy) => boolean) =>
-  watchUntil<Policy & KubernetesObject>(
-    kc,
-    '/apis/rollcall.dev/v1alpha1/policies',
-    (p) => done(p),
-    { fieldSelector: `metadata.name=${name}`, timeoutMs: 45_000 },
-  );
-const conditionTrue = (p: Policy, type: string) =>
-  p.status?.observedGeneration === p.metadata.generation &&
-  p.status?.conditions?.some((c) => c.type === type && c.status === 'True');
+const policy = (name: string, module: string, settings: Record<string, unknown> = {}) =>
+  policyManifest(name, server, { module, rules: [createRule('configmaps')], settings });
+const waitPolicy = (name: string, done: (p: PolicyObject) => boolean) =>
+  watchPolicy(kc, name, done, { timeoutMs: 45_000 });
+const conditionTrue = (p: PolicyObject, type: string) => isCurrent(p) && isTrue(p, type);
 
 let base: string;
-let rollcall: RollcallProcess;
+let rollcall: ServingRollcall;
 let sim: RollcallProcess;
 
 async function scrape(): Promise<Map<string, MetricFamily>> {
@@ -69,32 +57,14 @@ async function scrape(): Promise<Map<string, MetricFamily>> {
 
 before(async () => {
   mkdirSync(artifacts, { recursive: true });
-  await ensureNamespace(kc, namespace);
-  await installCrds(kc, { info: () => {} });
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  const db = testDb();
-  rollcall = startRollcall(
-    'ops-run',
-    [
-      'run',
-      '--namespace',
-      namespace,
-      '--port',
-      String(port),
-      '--ui-credentials',
-      'admin:secret',
-      '--install-crds',
-    ],
-    { db },
-  );
-  sim = startRollcall('ops-sim', ['sim', '--namespace', namespace], { db });
-  apply({
-    apiVersion: 'rollcall.dev/v1alpha1',
-    kind: 'PolicyServer',
-    metadata: { name: server },
-    spec: { image: 'sim://policy-server', replicas: 2 },
-  });
+  rollcall = await startServing('ops-run', 'run', namespace, [
+    '--ui-credentials',
+    'admin:secret',
+    '--install-crds',
+  ]);
+  base = rollcall.url('');
+  sim = startRollcall('ops-sim', ['sim', '--namespace', namespace], { db: testDb() });
+  await apply(policyServerManifest(server, { image: SIM_IMAGE, replicas: 2 }));
   await waitFor(
     async () => (await get(`${base}/readyz`))?.status === 200,
     30_000,
@@ -109,7 +79,7 @@ after(async () => {
 
 describe('/metrics', () => {
   test('has every metric family the issue lists, and they move when policies change', async () => {
-    apply(policy('ops-good', 'sim://ok'));
+    await apply(policy('ops-good', 'sim://ok'));
     await waitPolicy('ops-good', (p) => Boolean(conditionTrue(p, 'Ready')));
     const before = await scrape();
     for (const family of [
@@ -133,12 +103,12 @@ describe('/metrics', () => {
     );
 
     // A spec change (new generation) of a Ready policy, then a failing one.
-    apply(policy('ops-good', 'sim://ok', { bump: 1 }));
+    await apply(policy('ops-good', 'sim://ok', { bump: 1 }));
     await waitPolicy(
       'ops-good',
       (p) => p.metadata.generation === 2 && Boolean(conditionTrue(p, 'Ready')),
     );
-    apply(policy('ops-bad', `sim://fail?message=${encodeURIComponent(failMessage)}`));
+    await apply(policy('ops-bad', `sim://fail?message=${encodeURIComponent(failMessage)}`));
     await waitPolicy(
       'ops-bad',
       (p) => Boolean(conditionTrue(p, 'Stalled')) && (p.status?.failures?.length ?? 0) > 0,
@@ -181,7 +151,7 @@ describe('the UIs in a browser', () => {
   let browser: Browser;
   before(async () => {
     browser = await chromium.launch({
-      executablePath: '/usr/bin/chromium',
+      executablePath: process.env.ROLLCALL_CHROMIUM ?? '/usr/bin/chromium', // found or installed by test/run.ts
       args: [
         '--headless',
         '--no-sandbox',

@@ -6,7 +6,8 @@ import { test } from 'node:test';
 import { DelayedError, Queue, QueueEvents, Worker, type Job, type JobsOptions } from 'bullmq';
 import { Redis } from 'ioredis';
 import { redisUrl, uniquePrefix } from '../../support/redis.ts';
-import { sleep, waitFor } from './harness.ts';
+import { sleep } from './harness.ts';
+import { eventually } from '../../support/poll.ts';
 
 type Processor = (job: Job<{ n: number }>, token?: string) => Promise<void>;
 
@@ -52,7 +53,7 @@ test('keepLastIfActive: adds during a run become one successor carrying the last
   const s = await setup('keeplast', () => sleep(150));
   try {
     const first = await s.queue.add('x', { n: 0 }, { ...dedup(), jobId: 'j0' });
-    await waitFor('first run', () => s.runs.length === 1);
+    await eventually('first run', () => s.runs.length === 1);
     const returned = [];
     for (let n = 1; n <= 10; n++)
       returned.push((await s.queue.add('x', { n }, { ...dedup(), jobId: `j${n}` })).id);
@@ -67,7 +68,7 @@ test('keepLastIfActive: adds during a run become one successor carrying the last
       0,
       'nothing waits while the job runs',
     );
-    await waitFor('successor ran', () => s.runs.length === 2);
+    await eventually('successor ran', () => s.runs.length === 2);
     await sleep(300);
     assert.equal(s.runs.length, 2);
     assert.deepEqual({ id: s.runs[1]!.id, n: s.runs[1]!.n }, { id: 'j10', n: 10 });
@@ -90,13 +91,16 @@ test('native retries: a successor stored during a failing run waits until all re
       { n: 0 },
       { ...dedup(), jobId: 'j0', attempts: 3, backoff: { type: 'fixed', delay: 400 } },
     );
-    await waitFor('first attempt', () => s.runs.length === 1);
+    await eventually('first attempt', () => s.runs.length === 1);
     const duringRun = await s.queue.add('x', { n: 1 }, { ...dedup(), jobId: 'j1' });
     assert.equal(duringRun.id, 'j0');
-    await waitFor('in backoff', async () => (await s.queue.getJobCounts('delayed')).delayed === 1);
+    await eventually(
+      'in backoff',
+      async () => (await s.queue.getJobCounts('delayed')).delayed === 1,
+    );
     const duringBackoff = await s.queue.add('x', { n: 2 }, { ...dedup(), jobId: 'j2' });
     assert.equal(duringBackoff.id, 'j0', 'an add during backoff joins the delayed retry');
-    await waitFor('successor ran', () => s.runs.some((r) => r.id === 'j1'), 5000);
+    await eventually('successor ran', () => s.runs.some((r) => r.id === 'j1'), 5000);
     const ids = s.runs.map((r) => r.id);
     assert.deepEqual(ids, ['j0', 'j0', 'j0', 'j1'], 'the successor ran only after three attempts');
     assert.ok(s.runs[3]!.at - s.runs[0]!.at >= 800);
@@ -115,7 +119,7 @@ test('moveToDelayed: an add during the delay joins the delayed job and waits, un
   });
   try {
     await s.queue.add('x', { n: 0 }, { ...dedup(), jobId: 'j0' });
-    await waitFor('delayed', async () => (await s.queue.getJobCounts('delayed')).delayed === 1);
+    await eventually('delayed', async () => (await s.queue.getJobCounts('delayed')).delayed === 1);
     const plain = await s.queue.add('x', { n: 1 }, { ...dedup(), jobId: 'j1' });
     assert.equal(plain.id, 'j0');
     await sleep(300);
@@ -127,7 +131,7 @@ test('moveToDelayed: an add during the delay joins the delayed job and waits, un
       { ...dedup({ reschedule: true }), jobId: 'j2' },
     );
     assert.equal(rescheduled.id, 'j0', 'reschedule keeps the job and its id');
-    await waitFor('rescheduled run', () => s.runs.length === 2, 2000);
+    await eventually('rescheduled run', () => s.runs.length === 2, 2000);
     assert.ok(s.runs[1]!.at - s.runs[0]!.at < 1000);
   } finally {
     await s.close();
@@ -154,7 +158,7 @@ test('a job whose worker died stays deduplicated until another worker re-runs it
   let survivor: Worker | undefined;
   try {
     await queue.add('x', {}, { ...dedup(), jobId: 'j0' });
-    await waitFor('doomed took the job', () => runs.length === 1);
+    await eventually('doomed took the job', () => runs.length === 1);
     await doomed.close(true);
     doomedRedis.disconnect();
 
@@ -180,9 +184,9 @@ test('a job whose worker died stays deduplicated until another worker re-runs it
       },
       { connection: redis, prefix, lockDuration: 600, stalledInterval: 300 },
     );
-    await waitFor('stalled job and successor ran', () => runs.length === 3, 10_000);
+    await eventually('stalled job and successor ran', () => runs.length === 3, 10_000);
     assert.deepEqual(runs, ['doomed:j0', 'survivor:j0', 'survivor:j2']);
-    await waitFor('stalled event', () => stalled.includes('j0'));
+    await eventually('stalled event', () => stalled.includes('j0'));
     await events.close();
   } finally {
     await survivor?.close();
@@ -203,8 +207,8 @@ test('removeOnComplete and removeOnFail do not strand the deduplication key', as
         { n },
         { ...dedup(), jobId: `j${n}`, removeOnComplete: true, removeOnFail: true },
       );
-      await waitFor(`run ${n}`, () => s.runs.length === n + 1);
-      await waitFor(
+      await eventually(`run ${n}`, () => s.runs.length === n + 1);
+      await eventually(
         'dedup key released',
         async () => (await s.redis.exists(s.dedupKey('policy/a'))) === 0,
       );
@@ -228,12 +232,12 @@ test('trimming old finished jobs by count does not delete the key of a newer pen
   });
   try {
     await s.queue.add('x', { n: 0 }, { ...dedup(), jobId: 'j0', removeOnComplete: { count: 1 } });
-    await waitFor('j0', () => s.runs.length === 1);
+    await eventually('j0', () => s.runs.length === 1);
     await s.queue.add('x', { n: 1 }, { ...dedup(), jobId: 'j1', removeOnComplete: { count: 1 } });
-    await waitFor('j1 active', () => s.runs.length === 2);
+    await eventually('j1 active', () => s.runs.length === 2);
     await s.queue.add('x', { n: 2 }, { ...dedup(), jobId: 'j2', removeOnComplete: { count: 1 } });
     release();
-    await waitFor('j2 ran', () => s.runs.length === 3);
+    await eventually('j2 ran', () => s.runs.length === 3);
     assert.deepEqual(
       s.runs.map((r) => r.id),
       ['j0', 'j1', 'j2'],
@@ -247,8 +251,8 @@ test('a plain custom jobId blocks every later add of that id once completed (why
   const s = await setup('jobid', async () => {});
   try {
     await s.queue.add('x', { n: 0 }, { jobId: 'policy_a' });
-    await waitFor('ran', () => s.runs.length === 1);
-    await waitFor(
+    await eventually('ran', () => s.runs.length === 1);
+    await eventually(
       'completed',
       async () => (await s.queue.getJobCounts('completed')).completed === 1,
     );

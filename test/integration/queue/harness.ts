@@ -62,16 +62,19 @@ export async function startHarness(
   };
 }
 
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-export async function waitFor(
-  what: string,
-  check: () => boolean | Promise<boolean>,
-  timeoutMs = 10_000,
+/** Runs `body` with a harness that is closed afterwards, also when `body` fails. */
+export async function withHarness(
+  name: string,
+  handle: Parameters<typeof startHarness>[1],
+  opts: Parameters<typeof startHarness>[2],
+  body: (h: Harness) => Promise<void>,
 ): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
+  const h = await startHarness(name, handle, opts);
+  try {
+    await body(h);
+  } finally {
+    await h.close();
   }
 }
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -7,7 +7,8 @@ import { test } from 'node:test';
 import { Redis } from 'ioredis';
 import { WorkQueue } from '../../../queue/work-queue.ts';
 import { redisUrl, uniquePrefix } from '../../support/redis.ts';
-import { sleep, waitFor } from './harness.ts';
+import { sleep } from './harness.ts';
+import { eventually } from '../../support/poll.ts';
 
 const workerScript = new URL('./worker-process.ts', import.meta.url).pathname;
 
@@ -111,7 +112,7 @@ async function chaos(opts: ChaosOptions): Promise<Report> {
     await Promise.all(spawning);
 
     // Drained: nothing pending (stalled jobs of killed workers need their lock to expire first).
-    await waitFor('queue drained', async () => (await queue.pending()) === 0, 30_000);
+    await eventually('queue drained', async () => (await queue.pending()) === 0, 30_000);
 
     const overlappingKeys = await redis.smembers(`${t}:overlaps`);
     const unconvergedKeys: string[] = [];

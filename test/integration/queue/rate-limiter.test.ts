@@ -41,3 +41,43 @@ test('a pause (from a 429) stops every limiter and is never shortened', async ()
     await redis.quit();
   }
 });
+
+test('without a cap, a pause reaches another process within its pause check, and writes ask Redis at most that often', async () => {
+  const [a, b] = [new Redis(redisUrl()), new Redis(redisUrl())];
+  const key = `${uniquePrefix('nocap-shared')}:writes`;
+  const [limiter, other] = [a, b].map((r) => new WriteRateLimiter(r, { key, pauseCheckMs: 200 }));
+  try {
+    assert.equal(await other!.tryAcquire(), 0);
+    await limiter!.pause(1000);
+    const seenAt = Date.now();
+    let wait = await other!.tryAcquire();
+    while (wait === 0) {
+      await new Promise((r) => setTimeout(r, 20));
+      wait = await other!.tryAcquire();
+    }
+    const late = Date.now() - seenAt;
+    assert.ok(late <= 300, `the other process saw the pause ${late} ms late`);
+    assert.ok(wait > 500 && wait <= 1000, `and waits ${wait} ms`);
+    const info = async () =>
+      Number(/cmdstat_pttl:calls=(\d+)/.exec(await b.info('commandstats'))?.[1] ?? 0);
+    const before = await info();
+    for (let n = 0; n < 100; n++) await other!.tryAcquire();
+    assert.ok((await info()) - before <= 2, '100 writes in a few ms asked Redis at most twice');
+  } finally {
+    await Promise.all([a.quit(), b.quit()]);
+  }
+});
+
+test('without a cap (the default) writes never wait, until a pause', async () => {
+  const redis = new Redis(redisUrl());
+  const limiter = new WriteRateLimiter(redis, { key: `${uniquePrefix('nocap')}:writes` });
+  try {
+    const started = Date.now();
+    for (let n = 0; n < 300; n++) await limiter.acquireWriteToken();
+    assert.ok(Date.now() - started < 1000, `300 uncapped writes took ${Date.now() - started} ms`);
+    await limiter.pause(300);
+    assert.ok((await limiter.tryAcquire()) > 0);
+  } finally {
+    await redis.quit();
+  }
+});

@@ -6,24 +6,27 @@ import { requeueAfter } from '../../../queue/outcome.ts';
 import { runWorker } from '../../../queue/run-worker.ts';
 import { WorkQueue } from '../../../queue/work-queue.ts';
 import { redisUrl, uniquePrefix } from '../../support/redis.ts';
-import { silent, sleep, startHarness, waitFor } from './harness.ts';
+import { silent, sleep, startHarness, withHarness } from './harness.ts';
+import { eventually } from '../../support/poll.ts';
 
 test('shutdown stops taking jobs and lets the active one finish', async () => {
   let finished = 0;
-  const h = await startHarness('graceful', async () => {
-    await sleep(300);
-    finished++;
-  });
-  try {
-    await h.queue.enqueue('test/a');
-    await h.queue.enqueue('test/b');
-    await waitFor('a run', () => h.runs.length >= 1);
-    await h.worker.close();
-    assert.equal(finished, h.runs.length, 'every started run finished');
-    assert.equal((await h.queue.counts()).active, 0);
-  } finally {
-    await h.close();
-  }
+  await withHarness(
+    'graceful',
+    async () => {
+      await sleep(300);
+      finished++;
+    },
+    {},
+    async (h) => {
+      await h.queue.enqueue('test/a');
+      await h.queue.enqueue('test/b');
+      await eventually('a run', () => h.runs.length >= 1);
+      await h.worker.close();
+      assert.equal(finished, h.runs.length, 'every started run finished');
+      assert.equal((await h.queue.counts()).active, 0);
+    },
+  );
 });
 
 test('after the grace period, shutdown aborts the handler and another worker re-runs the job', async () => {
@@ -38,7 +41,7 @@ test('after the grace period, shutdown aborts the handler and another worker re-
   let second: Awaited<ReturnType<typeof runWorker>> | undefined;
   try {
     await h.queue.enqueue('test/a');
-    await waitFor('first run', () => h.runs.length === 1);
+    await eventually('first run', () => h.runs.length === 1);
     const started = Date.now();
     await h.worker.close();
     assert.ok(Date.now() - started < 1000, 'close did not wait for the stuck run');
@@ -52,7 +55,7 @@ test('after the grace period, shutdown aborts the handler and another worker re-
       stalledIntervalMs: 250,
       handlers: { test: async (key) => void reruns.push(key) },
     });
-    await waitFor('re-run elsewhere', () => reruns.length === 1, 5000);
+    await eventually('re-run elsewhere', () => reruns.length === 1, 5000);
   } finally {
     await second?.close();
     await h.close();
@@ -84,7 +87,7 @@ test('metrics count adds, coalesced adds, runs by outcome, retries, durations an
   });
   try {
     await Promise.all([1, 2, 3, 4].map(() => queue!.enqueue('test/a')));
-    await waitFor('runs', async () => runs >= 3 && (await queue!.pending()) === 0, 5000);
+    await eventually('runs', async () => runs >= 3 && (await queue!.pending()) === 0, 5000);
     const text = await registry.metrics();
     const value = (line: string) =>
       Number(

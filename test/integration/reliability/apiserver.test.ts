@@ -2,16 +2,13 @@
 // first, every watch resumes from a resourceVersion that is gone (410): the reflectors must
 // relist and rollcall must catch up with what changed meanwhile.
 import assert from 'node:assert/strict';
-import { after, afterEach, test } from 'node:test';
+import { afterEach, test } from 'node:test';
 import { freePort } from '../../../cluster/ports.ts';
-import { installCrds } from '../../../roles/install-crds.ts';
-import { testCluster, testKubeConfig } from '../../support/kube.ts';
-import { deleteRollcallObjects } from '../../support/rollcall.ts';
-import { Processes, Scenario, seedFromEnv } from './driver.ts';
+import { testCluster } from '../../support/kube.ts';
+import { faultScenario } from '../../support/driver.ts';
 import { apiserverReady } from '../../../cluster/cluster.ts';
-import { compactEtcd, metric, restartApiserver } from './faults.ts';
-
-const kc = testKubeConfig();
+import { compactEtcd, restartApiserver } from '../../support/faults.ts';
+import { metric } from '../../support/prom-text.ts';
 
 afterEach(async () => {
   // Whatever happened, later test files need a serving apiserver.
@@ -22,19 +19,10 @@ test(
   'an apiserver restart mid-storm: watches break, relist, and the end state matches',
   { timeout: 150_000 },
   async () => {
-    await installCrds(kc, { info: () => {} });
-    const procs = new Processes('rel-apiserver');
-    after(async () => {
-      await procs.stopAll();
-      await deleteRollcallObjects(kc);
-    });
-    const s = new Scenario(kc, 'rel-apiserver', seedFromEnv());
-    procs.run();
-    procs.sim();
-    await s.setup(2);
+    const { s, procs } = await faultScenario('rel-apiserver');
     await s.storm(8);
     await restartApiserver(testCluster());
-    await s.storm(6);
+    await s.storm(6, 50, { policiesOnly: true });
     await s.converge(75_000);
     await procs.stopAll();
   },
@@ -44,17 +32,8 @@ test(
   'etcd compacted and watches reconnected: every reflector gets 410 Gone and relists',
   { timeout: 150_000 },
   async () => {
-    await installCrds(kc, { info: () => {} });
-    const procs = new Processes('rel-gone');
-    after(async () => {
-      await procs.stopAll();
-      await deleteRollcallObjects(kc);
-    });
-    const s = new Scenario(kc, 'rel-gone', seedFromEnv());
     const port = await freePort();
-    procs.run(['--port', String(port)]);
-    procs.sim();
-    await s.setup(2);
+    const { s } = await faultScenario('rel-gone', { runArgs: ['--port', String(port)] });
     await s.storm(6);
     await s.converge(60_000);
     const relists = async () =>
@@ -63,12 +42,11 @@ test(
     const before = await relists();
     await s.storm(4);
     // Compact to the current revision, then restart the apiserver: its new watch cache starts
-    // there, so a watch resuming from an older resourceVersion is answered 410 Gone and relists.
-    // A restart longer than the leader's renew deadline makes the watcher step down and list
-    // afresh when it leads again: either way every watch must list again, counted below.
+    // there, so a watch resuming from an older resourceVersion is answered 410 Gone and
+    // relists; every watch must list again, counted below.
     await compactEtcd(testCluster());
     await restartApiserver(testCluster());
-    await s.storm(4);
+    await s.storm(4, 50, { policiesOnly: true });
     await s.converge(75_000);
     const relisted = (await relists()) - before;
     assert.ok(

@@ -2,33 +2,18 @@
 // garbage while the cluster changes. rollcall sees its status change, recomputes from the
 // cluster and writes the truth back; once the writer stops, every status matches the model.
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
-import { after, test } from 'node:test';
-import { installCrds } from '../../../roles/install-crds.ts';
-import { testKubeConfig } from '../../support/kube.ts';
-import { deleteRollcallObjects } from '../../support/rollcall.ts';
-import { Processes, Scenario, seedFromEnv } from './driver.ts';
-
-const kc = testKubeConfig();
-const namespace = 'rel-conflicts';
+import { test } from 'node:test';
+import { faultScenario } from '../../support/driver.ts';
 
 test(
   'a second writer scribbling on Policy statuses is overwritten with the truth',
   { timeout: 120_000 },
   async () => {
-    await installCrds(kc, { info: () => {} });
-    const procs = new Processes(namespace);
-    after(async () => {
-      await procs.stopAll();
-      await deleteRollcallObjects(kc);
-    });
-    const s = new Scenario(kc, namespace, seedFromEnv());
-    procs.run();
-    procs.sim();
-    await s.setup(2);
+    const { s } = await faultScenario('rel-conflicts');
     await s.storm(6);
     await s.converge(60_000);
 
-    const custom = kc.makeApiClient(CustomObjectsApi);
+    const custom = s.kc.makeApiClient(CustomObjectsApi);
     const garbage = {
       status: {
         observedGeneration: 999,

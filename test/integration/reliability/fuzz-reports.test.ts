@@ -2,30 +2,16 @@
 // and the Policy core in-process; 200 more are written on one real pod while its siblings keep
 // good reports. A bad report makes only its pod fail, with a clear message; nothing crashes.
 import assert from 'node:assert/strict';
-import {
-  CoreV1Api,
-  CustomObjectsApi,
-  PatchStrategy,
-  setHeaderOptions,
-  type KubernetesObject,
-} from '@kubernetes/client-node';
-import { after, test } from 'node:test';
+import { CoreV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { test } from 'node:test';
 import { REPORT_ANNOTATION } from '../../../api/constants.ts';
-import { readReplicaReport } from '../../../api/report.ts';
-import type { Policy } from '../../../api/v1alpha1.ts';
+import { readReplicaReport, reportsFromPods } from '../../../api/report.ts';
 import { computePolicy } from '../../../functions/policy-core.ts';
-import { installCrds } from '../../../roles/install-crds.ts';
-import {
-  aDeployment,
-  aPod,
-  aPolicy,
-  aPolicyServer,
-  aReplicaSet,
-  NOW,
-} from '../../fixtures/builders.ts';
-import { testKubeConfig, watchUntil } from '../../support/kube.ts';
-import { deleteRollcallObjects } from '../../support/rollcall.ts';
-import { Processes, rng, Scenario, seedFromEnv } from './driver.ts';
+import { aPod, aPolicy, aServerWithDeployment, NOW, POLICY_UID } from '../../fixtures/builders.ts';
+import { testKubeConfig } from '../../support/kube.ts';
+import { policyManifest } from '../../support/manifests.ts';
+import { apply, waitPolicy as watchPolicy, type PolicyObject } from '../../support/scenario.ts';
+import { faultScenario, rng, seedFromEnv } from '../../support/driver.ts';
 import { fuzzedReport } from './fuzz.ts';
 
 const seed = seedFromEnv();
@@ -34,23 +20,26 @@ const failedMessage =
 
 test(`10,000 fuzzed reports never throw, and only ever fail their own pod with a clear message (seed ${seed})`, () => {
   const random = rng(seed);
-  const server = aPolicyServer();
-  const deployment = aDeployment(server);
-  const good = JSON.stringify({ 'require-labels': { generation: 4, state: 'Loaded' } });
+  const { server, deployment, replicaSet } = aServerWithDeployment();
+  const good = JSON.stringify({
+    'require-labels': { uid: POLICY_UID, generation: 4, state: 'Loaded' },
+  });
   let invalid = 0;
   for (let i = 0; i < 10_000; i++) {
-    const annotation = fuzzedReport(random, 'require-labels', 4);
+    const annotation = fuzzedReport(random, 'require-labels', POLICY_UID, 4);
     const reading = readReplicaReport(annotation);
+    const pods = [
+      aPod('ps-a', { report: annotation }),
+      aPod('ps-b', { report: good }),
+      aPod('ps-c', { report: good }),
+    ];
     const decision = computePolicy({
       policy: aPolicy(),
       policyServer: server,
       deployment,
-      replicaSets: [aReplicaSet(deployment)],
-      pods: [
-        aPod('ps-a', { report: annotation }),
-        aPod('ps-b', { report: good }),
-        aPod('ps-c', { report: good }),
-      ],
+      replicaSets: [replicaSet],
+      pods,
+      reports: reportsFromPods(pods, 'require-labels'),
       servedGeneration: undefined,
       now: NOW,
     });
@@ -89,45 +78,13 @@ test(
   async () => {
     const kc = testKubeConfig();
     const namespace = 'rel-fuzz';
-    await installCrds(kc, { info: () => {} });
-    const procs = new Processes(namespace);
-    after(async () => {
-      await procs.stopAll();
-      await deleteRollcallObjects(kc);
-    });
-    const s = new Scenario(kc, namespace, seed);
-    const rollcall = procs.run();
-    const sim = procs.sim();
-    await s.setup(1);
+    const { s, rollcall, sim } = await faultScenario(namespace, { servers: 1, seed });
     const [server] = [...s.model.servers.keys()];
     await s.scale(server!, 3);
     const name = 'rel-fuzzed';
-    const custom = kc.makeApiClient(CustomObjectsApi);
-    await custom.createClusterCustomObject({
-      group: 'rollcall.dev',
-      version: 'v1alpha1',
-      plural: 'policies',
-      body: {
-        apiVersion: 'rollcall.dev/v1alpha1',
-        kind: 'Policy',
-        metadata: { name },
-        spec: {
-          policyServer: server,
-          module: 'sim://ok',
-          rules: [
-            { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] },
-          ],
-        },
-      },
-    });
-    const waitPolicy = (done: (p: Policy) => boolean, timeoutMs = 60_000) =>
-      watchUntil<Policy & KubernetesObject>(
-        kc,
-        '/apis/rollcall.dev/v1alpha1/policies',
-        (p) => done(p),
-        { fieldSelector: `metadata.name=${name}`, timeoutMs },
-      );
-    await waitPolicy((p) => p.status?.ready === '3/3');
+    await apply(policyManifest(name, server!, { module: 'sim://ok' }));
+    const waitPolicy = (done: (p: PolicyObject) => boolean) => watchPolicy(kc, name, done);
+    const uid = (await waitPolicy((p) => p.status?.ready === '3/3')).metadata.uid ?? '';
     // From now on the reports are ours: the simulator would overwrite them.
     await sim.stop();
 
@@ -150,7 +107,7 @@ test(
     let written = 0;
     for (let i = 0; i < 200; i++) {
       // The API caps all annotations at 256 KiB together; larger values never reach a pod.
-      const value = fuzzedReport(random, name, 1).slice(0, 200_000);
+      const value = fuzzedReport(random, name, uid, 1).slice(0, 200_000);
       if (
         await patch(value).then(
           () => true,
@@ -161,7 +118,7 @@ test(
     }
     assert.ok(written >= 190, `the API accepted only ${written} of 200 fuzzed reports`);
     // End on a known-bad one, so the final state is certain.
-    await patch('{"rel-fuzzed": {"generation": "1", "state": "Loaded"}}');
+    await patch(`{"rel-fuzzed": {"uid": "${uid}", "generation": "1", "state": "Loaded"}}`);
     const final = await waitPolicy(
       (p) =>
         p.status?.failures?.[0]?.message.includes('has wrong types: rel-fuzzed.generation') ??

@@ -39,7 +39,15 @@ function randomJson(random: Random, depth: number): unknown {
     default:
       return Object.fromEntries(
         Array.from({ length: int(random, 4) }, () => [
-          pick(random, ['generation', 'state', 'message', 'serving', 'p', nastyString(random)]),
+          pick(random, [
+            'uid',
+            'generation',
+            'state',
+            'message',
+            'serving',
+            'p',
+            nastyString(random),
+          ]),
           randomJson(random, depth + 1),
         ]),
       );
@@ -47,17 +55,20 @@ function randomJson(random: Random, depth: number): unknown {
 }
 
 /** A valid report for `policy` at `generation`, then one to three mutations of it. */
-function mutatedReport(random: Random, policy: string, generation: number): string {
+function mutatedReport(random: Random, policy: string, uid: string, generation: number): string {
   const entry: Record<string, unknown> = {
+    uid,
     generation,
     state: pick(random, ['Loaded', 'Failed', 'Loading']),
   };
   if (entry.state === 'Failed') entry.message = 'load failed';
   const report: Record<string, unknown> = {
     [policy]: entry,
-    other: { generation: 1, state: 'Loaded' },
+    other: { uid: 'uid-other', generation: 1, state: 'Loaded' },
   };
   const mutations = [
+    () => (entry.uid = pick(random, ['', 7, null, 'x'.repeat(129), 'uid-of-a-deleted-namesake'])),
+    () => delete entry.uid,
     () => (entry.generation = pick(random, ['4', 4.5, -1, 0, null, [4], { n: 4 }, 2 ** 64])),
     () => (entry.state = pick(random, ['loaded', 'READY', '', 1, null, ['Loaded']])),
     () =>
@@ -73,12 +84,13 @@ function mutatedReport(random: Random, policy: string, generation: number): stri
 }
 
 /** Text-level damage: duplicate keys, truncation, deep nesting, raw garbage, non-object tops. */
-function textual(random: Random, policy: string, generation: number): string {
-  const valid = JSON.stringify({ [policy]: { generation, state: 'Loaded' } });
+function textual(random: Random, policy: string, uid: string, generation: number): string {
+  const valid = JSON.stringify({ [policy]: { uid, generation, state: 'Loaded' } });
+  const head = `{"${policy}":{"uid":${JSON.stringify(uid)},"generation":${generation}`;
   return pick(random, [
     () =>
-      `{"${policy}":{"generation":${generation},"state":"Failed","message":"first"},"${policy}":{"generation":${generation},"state":"Loaded"}}`,
-    () => `{"${policy}":{"generation":${generation},"state":"Loaded","state":"Failed"}}`,
+      `${head},"state":"Failed","message":"first"},"${policy}":{"uid":${JSON.stringify(uid)},"generation":${generation},"state":"Loaded"}}`,
+    () => `${head},"state":"Loaded","state":"Failed"}}`,
     () => valid.slice(0, int(random, valid.length)),
     () => '['.repeat(5000 + int(random, 20_000)) + ']'.repeat(int(random, 2) * 5000),
     () => `{"${policy}":`.repeat(1 + int(random, 3000)) + 'null' + '}'.repeat(int(random, 3000)),
@@ -93,8 +105,13 @@ function textual(random: Random, policy: string, generation: number): string {
 }
 
 /** One fuzzed annotation value; about half structured mutations, half text-level damage. */
-export function fuzzedReport(random: Random, policy: string, generation: number): string {
+export function fuzzedReport(
+  random: Random,
+  policy: string,
+  uid: string,
+  generation: number,
+): string {
   return random() < 0.5
-    ? mutatedReport(random, policy, generation)
-    : textual(random, policy, generation);
+    ? mutatedReport(random, policy, uid, generation)
+    : textual(random, policy, uid, generation);
 }

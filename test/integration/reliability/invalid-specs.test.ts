@@ -32,7 +32,35 @@ const cases: [string, unknown, RegExp][] = [
     without(policy({}), 'policyServer'),
     /spec\.policyServer: Required value/,
   ],
-  ['a Policy without module', without(policy({}), 'module'), /spec\.module: Required value/],
+  [
+    'a Policy without module, validations or source',
+    without(policy({}), 'module'),
+    /spec: Invalid value: .*set exactly one of module, validations or source/,
+  ],
+  [
+    'a Policy with both module and validations',
+    policy({ validations: [{ expression: 'true' }] }),
+    /set exactly one of module, validations or source/,
+  ],
+  [
+    'a Policy with variables but a source',
+    policy({
+      module: undefined,
+      source: { url: 'https://example.com/p.yaml', sha256: 'a'.repeat(64) },
+      variables: [{ name: 'x', expression: '1' }],
+    }),
+    /variables and matchConditions go with validations/,
+  ],
+  [
+    'a Policy whose source digest is not hex SHA-256',
+    policy({ module: undefined, source: { url: 'https://example.com/p.yaml', sha256: 'abc' } }),
+    /spec\.source\.sha256: Invalid value: "abc"/,
+  ],
+  [
+    'a Policy validation with reason Teapot',
+    policy({ module: undefined, validations: [{ expression: 'true', reason: 'Teapot' }] }),
+    /spec\.validations\[0\]\.reason: Unsupported value: "Teapot"/,
+  ],
   ['a Policy without rules', without(policy({}), 'rules'), /spec\.rules: Required value/],
   [
     'a Policy with failurePolicy Maybe',
@@ -74,7 +102,6 @@ const cases: [string, unknown, RegExp][] = [
     policy({ settings: 'strict' }),
     /spec\.settings: Invalid value: "string"/,
   ],
-  ['a PolicyServer without image', without(server({}), 'image'), /spec\.image: Required value/],
   [
     'a PolicyServer with -1 replicas',
     server({ replicas: -1 }),

@@ -3,10 +3,8 @@
 import assert from 'node:assert/strict';
 import { CoordinationV1Api } from '@kubernetes/client-node';
 import { after, test } from 'node:test';
-import { installCrds } from '../../../roles/install-crds.ts';
 import { testKubeConfig } from '../../support/kube.ts';
-import { deleteRollcallObjects } from '../../support/rollcall.ts';
-import { Processes, Scenario, seedFromEnv } from './driver.ts';
+import { Processes, Scenario, seedFromEnv } from '../../support/driver.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rel-leader';
@@ -15,12 +13,9 @@ test(
   'the standby watcher takes over from a SIGKILLed leader within the Lease duration',
   { timeout: 120_000 },
   async () => {
-    await installCrds(kc, { info: () => {} });
     const procs = new Processes(namespace);
-    after(async () => {
-      await procs.stopAll();
-      await deleteRollcallObjects(kc);
-    });
+    await procs.prepare();
+    after(() => procs.cleanUp());
     const s = new Scenario(kc, namespace, seedFromEnv());
     const watchers = { a: procs.watcher('rel-a'), b: procs.watcher('rel-b') };
     procs.worker();

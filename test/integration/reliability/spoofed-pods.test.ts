@@ -1,26 +1,19 @@
 // Fault 8: pods that carry a server's label but are not its Deployment's (no owner, or owned
 // by a look-alike ReplicaSet) publish failing reports. They must not count at all.
-import { AppsV1Api, CoreV1Api, type V1Pod } from '@kubernetes/client-node';
+import { AppsV1Api, CoreV1Api, CustomObjectsApi, type V1Pod } from '@kubernetes/client-node';
 import { after, test } from 'node:test';
-import { installCrds } from '../../../roles/install-crds.ts';
-import { testKubeConfig } from '../../support/kube.ts';
-import { deleteRollcallObjects } from '../../support/rollcall.ts';
-import { Processes, Scenario, seedFromEnv } from './driver.ts';
+import { faultScenario } from '../../support/driver.ts';
 
-const kc = testKubeConfig();
 const namespace = 'rel-spoof';
 
 test(
   'pods with the right label but the wrong owner are ignored',
   { timeout: 120_000 },
   async () => {
-    await installCrds(kc, { info: () => {} });
-    const procs = new Processes(namespace);
-    const core = kc.makeApiClient(CoreV1Api);
-    const apps = kc.makeApiClient(AppsV1Api);
+    const { s } = await faultScenario(namespace);
+    const core = s.kc.makeApiClient(CoreV1Api);
+    const apps = s.kc.makeApiClient(AppsV1Api);
     after(async () => {
-      await procs.stopAll();
-      await deleteRollcallObjects(kc);
       await core
         .deleteCollectionNamespacedPod({ namespace, labelSelector: 'rel-spoof=true' })
         .catch(() => {});
@@ -28,10 +21,6 @@ test(
         .deleteCollectionNamespacedReplicaSet({ namespace, labelSelector: 'rel-spoof=true' })
         .catch(() => {});
     });
-    const s = new Scenario(kc, namespace, seedFromEnv());
-    procs.run();
-    procs.sim();
-    await s.setup(2);
     await s.storm(6);
     const [server] = [...s.model.servers.keys()];
     const labels = { 'rollcall.dev/policy-server': server!, 'rel-spoof': 'true' };
@@ -50,12 +39,19 @@ test(
         },
       },
     });
-    // Every policy failed at every generation up to 20, in the report of each spoofed pod.
+    // Every policy failed at its current generation, with its real uid (a well-formed report
+    // that would stall every policy if it counted), in the report of each spoofed pod.
+    const live = (await s.kc.makeApiClient(CustomObjectsApi).listClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural: 'policies',
+    })) as { items: { metadata: { name: string; uid: string } }[] };
+    const uids = new Map(live.items.map((p) => [p.metadata.name, p.metadata.uid]));
     const lie = JSON.stringify(
       Object.fromEntries(
         [...s.model.policies].map(([name, p]) => [
           name,
-          { generation: p.generation, state: 'Failed', message: 'spoofed' },
+          { uid: uids.get(name), generation: p.generation, state: 'Failed', message: 'spoofed' },
         ]),
       ),
     );

@@ -9,11 +9,9 @@ import { after, test } from 'node:test';
 import { stringify } from 'yaml';
 import { kubectl } from '../../../cluster/cluster.ts';
 import { freePort } from '../../../cluster/ports.ts';
-import { installCrds } from '../../../roles/install-crds.ts';
 import { testCluster, testKubeConfig } from '../../support/kube.ts';
-import { deleteRollcallObjects, ensureNamespace } from '../../support/rollcall.ts';
-import { Processes, Scenario, seedFromEnv } from './driver.ts';
-import { metric } from './faults.ts';
+import { Processes, Scenario, seedFromEnv } from '../../support/driver.ts';
+import { metric } from '../../support/prom-text.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rel-throttled';
@@ -78,14 +76,12 @@ test(
   { timeout: 240_000 },
   async () => {
     const cluster = testCluster();
-    await installCrds(kc, { info: () => {} });
-    await ensureNamespace(kc, namespace);
+    const procs = new Processes(namespace);
+    await procs.prepare();
     const identity = throttledIdentity();
     kubectl(cluster, ['apply', '-f', '-'], identity.map((o) => stringify(o)).join('---\n'));
-    const procs = new Processes(namespace);
     after(async () => {
-      await procs.stopAll();
-      await deleteRollcallObjects(kc);
+      await procs.cleanUp();
       kubectl(
         cluster,
         ['delete', '--ignore-not-found', '-f', '-'],

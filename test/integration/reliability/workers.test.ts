@@ -4,11 +4,10 @@
 import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { installCrds } from '../../../roles/install-crds.ts';
 import { testKubeConfig } from '../../support/kube.ts';
 import { redisUrl } from '../../support/redis.ts';
-import { deleteRollcallObjects, testDb } from '../../support/rollcall.ts';
-import { Processes, Scenario, seedFromEnv } from './driver.ts';
+import { testDb } from '../../support/rollcall.ts';
+import { Processes, Scenario, seedFromEnv } from '../../support/driver.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rel-workers';
@@ -19,13 +18,12 @@ test(
   'a worker killed mid-job and all workers down for a while lose no key',
   { timeout: 120_000 },
   async () => {
-    await installCrds(kc, { info: () => {} });
     const redis = new Redis(`${redisUrl()}/${testDb()}`);
     await redis.flushdb(); // a fresh queue: this test counts active jobs
     const procs = new Processes(namespace);
+    await procs.prepare();
     after(async () => {
-      await procs.stopAll();
-      await deleteRollcallObjects(kc);
+      await procs.cleanUp();
       redis.disconnect();
     });
     const s = new Scenario(kc, namespace, seedFromEnv());

@@ -1,14 +1,11 @@
 // Leader election on a real Lease: one leads, a release hands over at once, a crash after expiry.
 import assert from 'node:assert/strict';
-import { after, afterEach, before, describe, it } from 'node:test';
-import {
-  CoordinationV1Api,
-  CoreV1Api,
-  V1MicroTime,
-  type KubeConfig,
-} from '@kubernetes/client-node';
+import { after, afterEach, before, describe, test } from 'node:test';
+import { CoordinationV1Api, CoreV1Api, V1MicroTime } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { LeaderElector } from '../../../watcher/leader.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
+import { eventually } from '../../support/poll.ts';
 import { TcpProxy } from './tcp-proxy.ts';
 
 const kc = testKubeConfig();
@@ -34,12 +31,14 @@ function candidate(identity: string, leaseName: string, config: KubeConfig = kc)
   return Object.assign(record, { elector });
 }
 
-async function eventually(check: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+/** Candidate `a` (on `aConfig`) leading, then candidate `b` started as its standby. */
+async function leaderAndStandby(lease: string, aConfig: KubeConfig = kc) {
+  const a = candidate('a', lease, aConfig);
+  a.elector.start();
+  await eventually('a to lead', () => a.elector.isLeader());
+  const b = candidate('b', lease);
+  b.elector.start();
+  return { a, b };
 }
 
 const holderOf = async (name: string) =>
@@ -56,56 +55,48 @@ after(async () => {
 });
 
 describe('LeaderElector on the real cluster', () => {
-  it('lets exactly one of two candidates lead, and the Lease names it', async () => {
+  test('lets exactly one of two candidates lead, and the Lease names it', async () => {
     const lease = uniqueName('lease');
     const [a, b] = [candidate('a', lease), candidate('b', lease)];
     a.elector.start();
     b.elector.start();
-    await eventually(() => a.elector.isLeader() || b.elector.isLeader(), 'a leader');
+    await eventually('a leader', () => a.elector.isLeader() || b.elector.isLeader());
     await new Promise((resolve) => setTimeout(resolve, 1_000)); // a few renew periods: still exactly one
     assert.equal(Number(a.elector.isLeader()) + Number(b.elector.isLeader()), 1);
     const leader = a.elector.isLeader() ? 'a' : 'b';
     assert.equal(await holderOf(lease), leader);
   });
 
-  it('hands over at once when the leader stops: it releases the lease', async () => {
+  test('hands over at once when the leader stops: it releases the lease', async () => {
     const lease = uniqueName('lease');
-    const a = candidate('a', lease);
-    a.elector.start();
-    await eventually(() => a.elector.isLeader(), 'a to lead');
-    const b = candidate('b', lease);
-    b.elector.start();
+    const { a, b } = await leaderAndStandby(lease);
     await a.elector.stop();
     assert.ok(a.stoppedAt > 0, 'onStoppedLeading ran');
     // Released: empty, or already taken by b, which may have polled in between.
     assert.notEqual(await holderOf(lease), 'a', 'the lease was released');
-    await eventually(() => b.elector.isLeader(), 'b to lead', 2_000);
+    await eventually('b to lead', () => b.elector.isLeader(), 2_000);
     assert.ok(b.startedAt - a.stoppedAt < 1_000, `took over after ${b.startedAt - a.stoppedAt} ms`);
   });
 
-  it('lets the standby take over within the lease duration when the leader dies without releasing', async () => {
+  test('lets the standby take over within the lease duration when the leader dies without releasing', async () => {
     const lease = uniqueName('lease');
-    const a = candidate('a', lease);
-    a.elector.start();
-    await eventually(() => a.elector.isLeader(), 'a to lead');
-    const b = candidate('b', lease);
-    b.elector.start();
+    const { a, b } = await leaderAndStandby(lease);
     await new Promise((resolve) => setTimeout(resolve, 500));
     assert.equal(b.elector.isLeader(), false, 'b waits while a renews');
     const diedAt = Date.now();
     await a.elector.stop({ release: false }); // a crash: no release
-    await eventually(() => b.elector.isLeader(), 'b to lead', 6_000);
+    await eventually('b to lead', () => b.elector.isLeader(), 6_000);
     const waited = b.startedAt - diedAt;
     // The lease was renewed at most one renew period before the crash and lasts 3 s.
     assert.ok(waited >= 2_500 && waited <= 3_000 + 2 * 360 + 500, `took over after ${waited} ms`);
     assert.equal(await holderOf(lease), 'b');
   });
 
-  it('steps down when another candidate holds the lease', async () => {
+  test('steps down when another candidate holds the lease', async () => {
     const lease = uniqueName('lease');
     const a = candidate('a', lease);
     a.elector.start();
-    await eventually(() => a.elector.isLeader(), 'a to lead');
+    await eventually('a to lead', () => a.elector.isLeader());
     const current = await coordination.readNamespacedLease({ namespace, name: lease });
     await coordination.replaceNamespacedLease({
       namespace,
@@ -115,22 +106,18 @@ describe('LeaderElector on the real cluster', () => {
         spec: { ...current.spec, holderIdentity: 'intruder', renewTime: new V1MicroTime() },
       },
     });
-    await eventually(() => !a.elector.isLeader(), 'a to step down', 2_000);
+    await eventually('a to step down', () => !a.elector.isLeader(), 2_000);
     assert.ok(a.stoppedAt > 0);
   });
 
-  it('steps down before its lease expires when it cannot reach the apiserver, so leaders never overlap', async () => {
+  test('steps down before its lease expires when it cannot reach the apiserver, so leaders never overlap', async () => {
     const lease = uniqueName('lease');
     const { proxy, kc: proxied } = await TcpProxy.inFrontOf(kc);
     try {
-      const a = candidate('a', lease, proxied);
-      a.elector.start();
-      await eventually(() => a.elector.isLeader(), 'a to lead');
-      const b = candidate('b', lease);
-      b.elector.start();
+      const { a, b } = await leaderAndStandby(lease, proxied);
       const cutAt = Date.now();
       proxy.cut({ refuse: true });
-      await eventually(() => b.elector.isLeader(), 'b to lead', 8_000);
+      await eventually('b to lead', () => b.elector.isLeader(), 8_000);
       assert.ok(a.stoppedAt > 0 && a.stoppedAt < b.startedAt, 'a stepped down before b started');
       assert.ok(
         a.stoppedAt - cutAt <= 2_000 + 100,

@@ -1,6 +1,6 @@
 // The reflector against the real local cluster: events, resume, 410, silence and cut connections.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import {
   ApiextensionsV1Api,
   CoreV1Api,
@@ -10,6 +10,7 @@ import {
 } from '@kubernetes/client-node';
 import { Reflector, objectKey, type ReflectorOptions } from '../../../watcher/reflector.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
+import { eventually } from '../../support/poll.ts';
 import { TcpProxy } from './tcp-proxy.ts';
 
 const kc = testKubeConfig();
@@ -27,7 +28,7 @@ function recorded(options: Partial<ReflectorOptions<V1ConfigMap>> = {}) {
     kc,
     path,
     labelSelector,
-    backoff: { initialMs: 50, maxMs: 500 },
+    backoff: { baseMs: 50, capMs: 500 },
     onAdd: (o) => void events.push(`add ${o.metadata?.name}`),
     onUpdate: (_, o) => void events.push(`update ${o.metadata?.name} ${JSON.stringify(o.data)}`),
     onDelete: (o, vanished) =>
@@ -45,14 +46,6 @@ function recorded(options: Partial<ReflectorOptions<V1ConfigMap>> = {}) {
 const createConfigMap = (name: string, data: Record<string, string> = {}) =>
   core.createNamespacedConfigMap({ namespace, body: { metadata: { name, labels: label }, data } });
 const deleteConfigMap = (name: string) => core.deleteNamespacedConfigMap({ namespace, name });
-
-async function eventually(check: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 /** Installs a cluster-scoped Widget CRD in a group of its own and waits until it is served. */
 async function installWidgetCrd(group = `${uniqueName('w')}.rollcall.test`) {
@@ -121,12 +114,12 @@ after(async () => {
 });
 
 describe('Reflector on the real cluster', () => {
-  it('lists existing ConfigMaps, then reports their creation, update and deletion', async () => {
+  test('lists existing ConfigMaps, then reports their creation, update and deletion', async () => {
     await createConfigMap('first', { v: '1' });
     const { reflector, events } = recorded();
     reflector.start();
     try {
-      await eventually(() => reflector.hasSynced(), 'the first sync');
+      await eventually('the first sync', () => reflector.hasSynced());
       assert.deepEqual(events, ['add first', 'synced 1']);
       await createConfigMap('second');
       await core.patchNamespacedConfigMap({
@@ -135,7 +128,7 @@ describe('Reflector on the real cluster', () => {
         body: [{ op: 'replace', path: '/data/v', value: '2' }],
       });
       await deleteConfigMap('second');
-      await eventually(() => events.length === 5, 'three more events');
+      await eventually('three more events', () => events.length === 5);
       assert.deepEqual(events.slice(2), ['add second', 'update first {"v":"2"}', 'delete second']);
       assert.deepEqual(reflector.list().map(objectKey), [`${namespace}/first`]);
       assert.equal(reflector.get(`${namespace}/first`)?.data?.v, '2');
@@ -145,19 +138,19 @@ describe('Reflector on the real cluster', () => {
     }
   });
 
-  it('resumes after stop() from its resourceVersion and sees what changed meanwhile, without relisting', async () => {
+  test('resumes after stop() from its resourceVersion and sees what changed meanwhile, without relisting', async () => {
     await createConfigMap('kept');
     await createConfigMap('dropped');
     const { reflector, events, metrics } = recorded();
     reflector.start();
     try {
-      await eventually(() => reflector.hasSynced(), 'the first sync');
+      await eventually('the first sync', () => reflector.hasSynced());
       await reflector.stop();
       await deleteConfigMap('dropped');
       await createConfigMap('added');
       events.length = 0;
       reflector.start();
-      await eventually(() => events.length === 2, 'the changes made while stopped');
+      await eventually('the changes made while stopped', () => events.length === 2);
       assert.deepEqual(events, ['delete dropped', 'add added']);
       assert.deepEqual(metrics, ['relist:initial']);
     } finally {
@@ -166,7 +159,7 @@ describe('Reflector on the real cluster', () => {
     }
   });
 
-  it('relists on a real 410 (a resourceVersion older than the apiserver’s watch cache) and reports what vanished', async () => {
+  test('relists on a real 410 (a resourceVersion older than the apiserver’s watch cache) and reports what vanished', async () => {
     // A watch cache starts at the etcd revision of its creation and answers older versions
     // with an ERROR event {code: 410, reason: Expired, "too old resource version: 1 (N)"}.
     // Built-in types' caches start when the apiserver does, on a fresh cluster near revision 1,
@@ -189,7 +182,7 @@ describe('Reflector on the real cluster', () => {
       });
       reflector.start();
       try {
-        await eventually(() => events.includes('synced 1'), 'the relist');
+        await eventually('the relist', () => events.includes('synced 1'));
         assert.deepEqual(events, ['delete gone-while-away (vanished)', 'add kept', 'synced 1']);
         // A cache that is still initialising answers 429 first: that is a (retried) error.
         assert.deepEqual(
@@ -197,7 +190,7 @@ describe('Reflector on the real cluster', () => {
           ['restart:gone', 'relist:gone'],
         );
         await widgets.create('after');
-        await eventually(() => events.includes('add after'), 'an event after the relist');
+        await eventually('an event after the relist', () => events.includes('add after'));
       } finally {
         await reflector.stop();
       }
@@ -206,16 +199,16 @@ describe('Reflector on the real cluster', () => {
     }
   });
 
-  it('restarts a watch that went silent and still sees later changes', async () => {
+  test('restarts a watch that went silent and still sees later changes', async () => {
     const { reflector, events, metrics } = recorded({ staleAfterMs: 300 });
     reflector.start();
     try {
       await eventually(
-        () => metrics.filter((m) => m === 'restart:stale').length >= 2,
         'two stale restarts',
+        () => metrics.filter((m) => m === 'restart:stale').length >= 2,
       );
       await createConfigMap('late');
-      await eventually(() => events.includes('add late'), 'the change after the restarts');
+      await eventually('the change after the restarts', () => events.includes('add late'));
       assert.ok(!metrics.includes('relist:gone'), 'a stale watch resumes without relisting');
     } finally {
       await reflector.stop();
@@ -223,22 +216,22 @@ describe('Reflector on the real cluster', () => {
     }
   });
 
-  it('survives cut connections: retries with backoff while the apiserver is unreachable, then catches up', async () => {
+  test('survives cut connections: retries with backoff while the apiserver is unreachable, then catches up', async () => {
     const { proxy, kc: proxied } = await TcpProxy.inFrontOf(kc);
     const { reflector, events, metrics } = recorded({ kc: proxied });
     reflector.start();
     try {
-      await eventually(() => reflector.hasSynced(), 'the first sync');
+      await eventually('the first sync', () => reflector.hasSynced());
       proxy.cut({ refuse: true });
       await createConfigMap('while-cut');
       await eventually(
-        () => metrics.filter((m) => m === 'restart:error').length >= 3,
         'three failed attempts',
+        () => metrics.filter((m) => m === 'restart:error').length >= 3,
       );
       proxy.restore();
       await eventually(
-        () => events.includes('add while-cut'),
         'the change made while cut off',
+        () => events.includes('add while-cut'),
         15_000,
       );
       assert.deepEqual(
@@ -253,24 +246,24 @@ describe('Reflector on the real cluster', () => {
     }
   });
 
-  it('keeps retrying while its resource does not exist (404) and syncs once the CRD is installed', async () => {
+  test('keeps retrying while its resource does not exist (404) and syncs once the CRD is installed', async () => {
     const failures: string[] = [];
     const group = `late-${namespace}.rollcall.test`;
     const widgets = new Reflector<KubernetesObject>({
       kc,
       path: `/apis/${group}/v1/widgets`,
-      backoff: { initialMs: 50, maxMs: 500 },
+      backoff: { baseMs: 50, capMs: 500 },
       metrics: { failed: (stage) => void failures.push(stage) },
     });
     widgets.start();
     let crd: Awaited<ReturnType<typeof installWidgetCrd>> | undefined;
     try {
-      await eventually(() => failures.length >= 2, 'failed lists');
+      await eventually('failed lists', () => failures.length >= 2);
       assert.equal(widgets.hasSynced(), false);
       crd = await installWidgetCrd(group);
-      await eventually(() => widgets.hasSynced(), 'the sync after the CRD appeared', 20_000);
+      await eventually('the sync after the CRD appeared', () => widgets.hasSynced(), 20_000);
       await crd.create('w1');
-      await eventually(() => widgets.get('w1') !== undefined, 'the widget in the store');
+      await eventually('the widget in the store', () => widgets.get('w1') !== undefined);
       assert.ok(
         failures.every((stage) => stage === 'list'),
         `failures: ${failures.join(', ')}`,

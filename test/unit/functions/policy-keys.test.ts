@@ -1,7 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { policy, reportOnlyChange } from '../../../functions/policy.ts';
+import { policy } from '../../../functions/policy.ts';
+import { server } from '../../../functions/server.ts';
+import { webhook } from '../../../functions/webhook.ts';
+import { reportOnlyChange } from '../../../functions/policy-keys.ts';
 import type { WatchEvent } from '../../../functions/types.ts';
+import { projectPod } from '../../../projections/store.ts';
 
 const report = (entries: Record<string, unknown>) => JSON.stringify(entries);
 const pod = ({
@@ -12,18 +16,22 @@ const pod = ({
   reportJson?: string;
   ready?: string;
   deleting?: string;
-}) => ({
-  metadata: {
-    name: 'ps-a-1',
-    labels: { 'rollcall.dev/policy-server': 'a' },
-    annotations: reportJson === undefined ? {} : { 'rollcall.dev/policies': reportJson },
-    ownerReferences: [{ kind: 'ReplicaSet', name: 'rs', uid: 'u', controller: true }],
-    ...(deleting ? { deletionTimestamp: deleting } : {}),
-  },
-  status: { conditions: [{ type: 'Ready', status: ready }] },
-});
-const loaded = { generation: 1, state: 'Loaded' };
-const failed = { generation: 1, state: 'Failed', message: 'x' };
+}) =>
+  // As the watcher's informer holds it.
+  projectPod({
+    metadata: {
+      name: 'ps-a-1',
+      labels: { 'rollcall.dev/policy-server': 'a' },
+      annotations: reportJson === undefined ? {} : { 'rollcall.dev/policies': reportJson },
+      ownerReferences: [
+        { apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'rs', uid: 'u', controller: true },
+      ],
+      ...(deleting ? { deletionTimestamp: deleting } : {}),
+    },
+    status: { conditions: [{ type: 'Ready', status: ready }] },
+  });
+const loaded = { uid: 'uid-p', generation: 1, state: 'Loaded' };
+const failed = { uid: 'uid-p', generation: 1, state: 'Failed', message: 'x' };
 
 describe('reportOnlyChange', () => {
   const cases: { name: string; old: unknown; now: unknown; want: string[] | undefined }[] = [
@@ -100,6 +108,14 @@ describe('the policy function maps pod events to keys', () => {
     assert.deepEqual(keys, ['policy/p1']);
   });
 
+  test('a report flip runs no webhook job by itself: the policy function enqueues it when the webhook must move', () => {
+    const flip = event(
+      pod({ reportJson: report({ p1: loaded, p2: loaded }) }),
+      pod({ reportJson: report({ p1: failed, p2: loaded }) }),
+    );
+    assert.deepEqual(webhook.keysFor(flip, index), []);
+  });
+
   test('a report entry for a policy of another server is ignored', () => {
     const keys = policy.keysFor(
       event(pod({}), pod({ reportJson: report({ elsewhere: loaded }) })),
@@ -108,8 +124,28 @@ describe('the policy function maps pod events to keys', () => {
     assert.deepEqual(keys, []);
   });
 
-  test('a readiness change enqueues every policy of the server', () => {
-    const keys = policy.keysFor(event(pod({ ready: 'True' }), pod({ ready: 'False' })), index);
-    assert.deepEqual(keys, ['policy/p1', 'policy/p2', 'policy/p3']);
+  test('a readiness change enqueues one fan-out of the server, not its policies', () => {
+    const change = event(pod({ ready: 'True' }), pod({ ready: 'False' }));
+    assert.deepEqual(policy.keysFor(change, index), []);
+    assert.deepEqual(server.keysFor(change, index), ['server/a']);
+  });
+
+  test('a report-only change fans out nothing', () => {
+    const change = event(
+      pod({ reportJson: report({ p1: loaded }) }),
+      pod({ reportJson: report({ p1: failed }) }),
+    );
+    assert.deepEqual(server.keysFor(change, index), []);
+  });
+
+  test('a new pod, a ReplicaSet or the PolicyServer fans out their server', () => {
+    const added: WatchEvent = { kind: 'Pod', type: 'added', object: pod({}) as never };
+    const rs: WatchEvent = { kind: 'ReplicaSet', type: 'deleted', object: pod({}) as never };
+    const ps: WatchEvent = {
+      kind: 'PolicyServer',
+      type: 'modified',
+      object: { metadata: { name: 'a' } },
+    };
+    for (const e of [added, rs, ps]) assert.deepEqual(server.keysFor(e, index), ['server/a']);
   });
 });

@@ -3,7 +3,8 @@ import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
-import { createLogger, readiness } from '../../../roles/roles.ts';
+import { createLogger } from '../../../roles/logger.ts';
+import { readiness } from '../../../roles/roles.ts';
 import { createApp, type Readiness } from '../../../server/http.ts';
 
 const app = (ready: () => Promise<Readiness>, readyTimeoutMs?: number) =>
@@ -58,6 +59,13 @@ test('readiness per role: Redis must answer; a leading watcher must have synced;
     unreachable.detail,
     /standby watcher cannot check the leader Lease: connect ECONNREFUSED/,
   );
+  // Sentinel and Cluster: the detail names the primary and the last failover, ready or not.
+  const primary = () => 'primary 10.0.0.7:6379; 1 failover, last at 2026-12-01T20:35:20.169Z';
+  assert.deepEqual(await readiness(pong, undefined, primary), {
+    ready: true,
+    detail: `Redis answers (Redis ${primary()})`,
+  });
+  assert.match((await readiness(down, undefined, primary)).detail, /does not answer.*10\.0\.0\.7/);
 });
 
 test('the logger censors credentials wherever they appear', () => {

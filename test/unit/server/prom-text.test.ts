@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Counter, Histogram, Registry } from 'prom-client';
-import { parsePrometheusText, sumOf } from '../../integration/ops/prom-text.ts';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { parsePrometheusText, sumOf } from '../../support/prom-text.ts';
 
 test('the text parser reads what prom-client writes: counters with escaped labels and histograms', async () => {
   const registry = new Registry();
@@ -31,4 +31,17 @@ test('the text parser reads what prom-client writes: counters with escaped label
 test('the text parser rejects garbage instead of guessing', () => {
   assert.throws(() => parsePrometheusText('this is not a metric line at all'), /bad sample line/);
   assert.throws(() => parsePrometheusText('x{a="1" b} 1'), /bad labels/);
+});
+
+test('the text parser reads NaN as prom-client writes it (a gauge never set)', async () => {
+  const registry = new Registry();
+  new Gauge({
+    name: 'g',
+    help: 'a gauge',
+    registers: [registry],
+    collect() {
+      this.set(NaN);
+    },
+  });
+  assert.ok(Number.isNaN(sumOf(parsePrometheusText(await registry.metrics()), 'g')));
 });

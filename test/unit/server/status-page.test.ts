@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { readReplicaReport } from '../../../api/report.ts';
 import { aPod, aPolicy, aPolicyServer, NOW, reportOf } from '../../fixtures/builders.ts';
+import { projectPod } from '../../../projections/store.ts';
 import { cellFor, renderStatusPage, statusModel } from '../../../server/status-page.ts';
 
 const annotation = (r: unknown) => readReplicaReport(JSON.stringify(r));
@@ -60,7 +61,7 @@ test('the model puts each server’s policies against its pods, sorted, with REA
   const model = statusModel(
     [policy, aPolicy({ name: 'lost', spec: { policyServer: 'gone' } }), { junk: true }],
     [aPolicyServer()],
-    new Map([['default', pods]]),
+    new Map([['default', pods.map(projectPod)]]),
   );
   const [server] = model.servers;
   assert.deepEqual(
@@ -93,9 +94,11 @@ test('the page escapes replica messages, links to failed jobs of a stalled polic
       [
         'default',
         [
-          aPod('pod-a', {
-            report: reportOf('deny', 1, 'Failed', { message: '<script>x</script>' }),
-          }),
+          projectPod(
+            aPod('pod-a', {
+              report: reportOf('deny', 1, 'Failed', { message: '<script>x</script>' }),
+            }),
+          ),
         ],
       ],
     ]),

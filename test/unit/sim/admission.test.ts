@@ -99,6 +99,11 @@ test('answers an AdmissionReview over TLS, and 404 for an unknown policy', async
       allowed: false,
       status: { code: 403, message: 'nope' },
     });
+    assert.deepEqual(
+      (await post('/validate/strict/3', review)).body.response,
+      denied.body.response,
+      'a generation-pinned path answers the same',
+    );
     assert.equal((await post('/validate/unknown', review)).code, 404);
     assert.equal((await post('/validate/strict', { kind: 'Nope' })).code, 400);
   } finally {

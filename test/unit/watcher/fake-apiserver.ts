@@ -138,15 +138,10 @@ export function configMapList(
   };
 }
 
-/** Polls `check` until it holds, or fails after `timeoutMs`. */
-export async function eventually(
-  check: () => boolean,
-  timeoutMs = 5_000,
-  what = 'condition',
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
+/** The Status of a watch ERROR event for a resourceVersion that left the apiserver's window. */
+export const expired = (message?: string) => ({
+  kind: 'Status',
+  code: 410,
+  reason: 'Expired',
+  ...(message === undefined ? {} : { message }),
+});

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { describe, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { reflectorMetrics } from '../../../watcher/metrics.ts';
 
 describe('reflectorMetrics', () => {
-  it('counts restarts, relists, events and failures per resource in the given registry', async () => {
+  test('counts restarts, relists, events and failures per resource in the given registry', async () => {
     const registry = new Registry();
     const pods = reflectorMetrics(registry, 'pods');
     const policies = reflectorMetrics(registry, 'policies'); // same counters, no double registration
@@ -20,7 +20,7 @@ describe('reflectorMetrics', () => {
     assert.match(text, /rollcall_watch_failures_total\{resource="pods",stage="watch"\} 1/);
   });
 
-  it('leaves the global registry alone', async () => {
+  test('leaves the global registry alone', async () => {
     const { register } = await import('prom-client');
     reflectorMetrics(new Registry(), 'pods');
     assert.equal(register.getSingleMetric('rollcall_watch_restarts_total'), undefined);

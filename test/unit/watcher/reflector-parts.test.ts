@@ -1,13 +1,20 @@
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
-import { V1Lease } from '@kubernetes/client-node';
+import { describe, test } from 'node:test';
+import { KubeConfig, V1Lease, Watch } from '@kubernetes/client-node';
 import { leaseIsFree } from '../../../watcher/leader.ts';
 import { KubeApiError } from '../../../watcher/kube-http.ts';
-import { classifyWatchEnd, diffStore, isGone, objectKey } from '../../../watcher/reflector.ts';
+import {
+  classifyWatchEnd,
+  diffStore,
+  isGone,
+  objectKey,
+  watchInactivityField,
+  watchWithoutInactivityLimit,
+} from '../../../watcher/reflector.ts';
 import { configMap } from './fake-apiserver.ts';
 
 describe('objectKey', () => {
-  it('is namespace/name for namespaced objects and name for cluster-scoped ones', () => {
+  test('is namespace/name for namespaced objects and name for cluster-scoped ones', () => {
     assert.equal(objectKey(configMap('a', '1')), 'ns/a');
     assert.equal(objectKey({ metadata: { name: 'node-1' } }), 'node-1');
   });
@@ -17,17 +24,17 @@ describe('diffStore', () => {
   const store = (...objs: ReturnType<typeof configMap>[]) =>
     new Map(objs.map((o) => [objectKey(o), o]));
 
-  it('reports listed objects missing from the store as added', () => {
+  test('reports listed objects missing from the store as added', () => {
     const diff = diffStore(store(), [configMap('a', '1')]);
     assert.deepEqual(diff, { added: [configMap('a', '1')], updated: [], deleted: [] });
   });
 
-  it('reports objects that vanished from the list as deleted, with their last known state', () => {
+  test('reports objects that vanished from the list as deleted, with their last known state', () => {
     const diff = diffStore(store(configMap('a', '1'), configMap('b', '2')), [configMap('a', '1')]);
     assert.deepEqual(diff, { added: [], updated: [], deleted: [configMap('b', '2')] });
   });
 
-  it('reports an object whose resourceVersion changed as updated, old then new', () => {
+  test('reports an object whose resourceVersion changed as updated, old then new', () => {
     const diff = diffStore(store(configMap('a', '1', { v: 'old' })), [
       configMap('a', '5', { v: 'new' }),
     ]);
@@ -36,14 +43,14 @@ describe('diffStore', () => {
     ]);
   });
 
-  it('leaves out objects whose resourceVersion did not change', () => {
+  test('leaves out objects whose resourceVersion did not change', () => {
     const diff = diffStore(store(configMap('a', '1')), [configMap('a', '1')]);
     assert.deepEqual(diff, { added: [], updated: [], deleted: [] });
   });
 });
 
 describe('isGone', () => {
-  it('recognises 410 and the Expired/Gone reasons', () => {
+  test('recognises 410 and the Expired/Gone reasons', () => {
     assert.equal(
       isGone({ code: 410, reason: 'Expired', message: 'too old resource version: 1 (100)' }),
       true,
@@ -55,11 +62,11 @@ describe('isGone', () => {
 });
 
 describe('classifyWatchEnd', () => {
-  it('treats a normal end (null) as closed', () => {
+  test('treats a normal end (null) as closed', () => {
     assert.equal(classifyWatchEnd(null), 'closed');
   });
 
-  it("treats client-node's inactivity timeout as a stale watch", () => {
+  test("treats client-node's inactivity timeout as a stale watch", () => {
     assert.equal(
       classifyWatchEnd(
         new DOMException('The operation was aborted due to timeout', 'TimeoutError'),
@@ -68,12 +75,12 @@ describe('classifyWatchEnd', () => {
     );
   });
 
-  it('treats an HTTP 410 as gone, from client-node (statusCode) or our own requests', () => {
+  test('treats an HTTP 410 as gone, from client-node (statusCode) or our own requests', () => {
     assert.equal(classifyWatchEnd(Object.assign(new Error('Gone'), { statusCode: 410 })), 'gone');
     assert.equal(classifyWatchEnd(new KubeApiError(410, { code: 410, reason: 'Expired' })), 'gone');
   });
 
-  it('treats every other failure as an error', () => {
+  test('treats every other failure as an error', () => {
     assert.equal(
       classifyWatchEnd(Object.assign(new Error('Forbidden'), { statusCode: 403 })),
       'error',
@@ -93,16 +100,35 @@ describe('leaseIsFree', () => {
   });
   const now = Date.parse('2030-01-01T00:00:30Z');
 
-  it('is free without a holder', () => {
+  test('is free without a holder', () => {
     assert.equal(leaseIsFree(lease(undefined, new Date(now)), now), true);
     assert.equal(leaseIsFree({ metadata: { name: 'l' } }, now), true);
   });
 
-  it('is held while the last renewal is younger than the lease duration', () => {
+  test('is held while the last renewal is younger than the lease duration', () => {
     assert.equal(leaseIsFree(lease('a', new Date(now - 14_000)), now), false);
   });
 
-  it('is free once the last renewal is older than the lease duration', () => {
+  test('is free once the last renewal is older than the lease duration', () => {
     assert.equal(leaseIsFree(lease('a', new Date(now - 16_000)), now), true);
+  });
+});
+
+describe("client-node's Watch inactivity limit, which the reflector moves behind its own", () => {
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: 'c', server: 'https://127.0.0.1:1' }],
+    users: [{ name: 'u' }],
+    contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
+    currentContext: 'x',
+  });
+
+  test('is still the private numeric field the reflector overrides (an upgrade that renames it fails here)', () => {
+    assert.equal(typeof Reflect.get(new Watch(kc), watchInactivityField), 'number');
+  });
+
+  test("is set past the stale limit, so the reflector's stale detection decides", () => {
+    const watch = watchWithoutInactivityLimit(kc, 150_000);
+    assert.equal(Reflect.get(watch, watchInactivityField), 155_000);
   });
 });

@@ -1,14 +1,15 @@
 import assert from 'node:assert/strict';
-import { afterEach, describe, it } from 'node:test';
+import { afterEach, describe, test } from 'node:test';
 import type { KubernetesObject } from '@kubernetes/client-node';
 import { Reflector, objectKey, type ReflectorOptions } from '../../../watcher/reflector.ts';
 import {
   FakeApiServer,
   configMap,
   configMapList,
-  eventually,
+  expired,
   type FakeApiServerOptions,
 } from './fake-apiserver.ts';
+import { eventually } from '../../support/poll.ts';
 
 /** Starts a reflector against a fake apiserver and records what it reports, as short strings. */
 async function harness(
@@ -22,7 +23,7 @@ async function harness(
   const reflector = new Reflector<KubernetesObject>({
     kc: fake.kubeConfig(),
     path: '/api/v1/namespaces/ns/configmaps',
-    backoff: { initialMs: 10, maxMs: 50 },
+    backoff: { baseMs: 10, capMs: 50 },
     onAdd: (o) => void events.push(`add ${objectKey(o)}@${rv(o)}`),
     onUpdate: (old, o) => void events.push(`update ${objectKey(o)}@${rv(old)}→${rv(o)}`),
     onDelete: (o, unknown) =>
@@ -47,7 +48,7 @@ afterEach(async () => {
 });
 
 describe('Reflector against a scripted apiserver', () => {
-  it('lists every page, delivers adds then onSynced, and watches from the list’s resourceVersion', async () => {
+  test('lists every page, delivers adds then onSynced, and watches from the list’s resourceVersion', async () => {
     const { fake, reflector, events } = await harness(
       {
         list: (q) =>
@@ -58,7 +59,7 @@ describe('Reflector against a scripted apiserver', () => {
       { pageSize: 1, labelSelector: 'app=x' },
     );
     reflector.start();
-    await eventually(() => fake.watches.length === 1, 5_000, 'the watch');
+    await eventually('the watch', () => fake.watches.length === 1, 5_000);
     assert.deepEqual(events, ['add ns/a@5', 'add ns/b@7', 'synced 2']);
     assert.equal(reflector.hasSynced(), true);
     assert.deepEqual(
@@ -79,7 +80,7 @@ describe('Reflector against a scripted apiserver', () => {
     assert.equal(reflector.get('ns/a')?.apiVersion, 'v1');
   });
 
-  it('applies watch events to the store and delivers add, update and delete', async () => {
+  test('applies watch events to the store and delivers add, update and delete', async () => {
     const { reflector, events } = await harness({
       list: () => configMapList('10', [configMap('a', '5')]),
       watches: [
@@ -91,7 +92,7 @@ describe('Reflector against a scripted apiserver', () => {
       ],
     });
     reflector.start();
-    await eventually(() => events.length === 5, 5_000, 'five events');
+    await eventually('five events', () => events.length === 5, 5_000);
     assert.deepEqual(events, [
       'add ns/a@5',
       'synced 1',
@@ -104,7 +105,7 @@ describe('Reflector against a scripted apiserver', () => {
     assert.equal(reflector.resourceVersion, '13');
   });
 
-  it('resumes a watch that ended normally from the last resourceVersion a bookmark reported', async () => {
+  test('resumes a watch that ended normally from the last resourceVersion a bookmark reported', async () => {
     const { fake, reflector, metrics } = await harness({
       list: () => configMapList('10', []),
       watches: [
@@ -119,31 +120,23 @@ describe('Reflector against a scripted apiserver', () => {
       ],
     });
     reflector.start();
-    await eventually(() => fake.watches.length === 2, 5_000, 'a second watch');
+    await eventually('a second watch', () => fake.watches.length === 2, 5_000);
     assert.equal(fake.watches[1]!.get('resourceVersion'), '42');
     assert.equal(fake.lists.length, 1, 'no relist');
     assert.deepEqual(metrics, ['relist:initial', 'restart:closed']);
   });
 
-  it('relists on a 410 ERROR event inside the stream and reports what changed meanwhile', async () => {
+  test('relists on a 410 ERROR event inside the stream and reports what changed meanwhile', async () => {
     let listed = 0;
     const { fake, reflector, events, metrics } = await harness({
       list: () =>
         ++listed === 1
           ? configMapList('10', [configMap('a', '5'), configMap('b', '6')])
           : configMapList('90', [configMap('a', '80'), configMap('c', '85')]),
-      watches: [
-        (w) =>
-          w.send('ERROR', {
-            kind: 'Status',
-            code: 410,
-            reason: 'Expired',
-            message: 'too old resource version: 10 (50)',
-          }),
-      ],
+      watches: [(w) => w.send('ERROR', expired('too old resource version: 10 (50)'))],
     });
     reflector.start();
-    await eventually(() => fake.watches.length === 2, 5_000, 'the watch after the relist');
+    await eventually('the watch after the relist', () => fake.watches.length === 2, 5_000);
     assert.deepEqual(events, [
       'add ns/a@5',
       'add ns/b@6',
@@ -157,23 +150,22 @@ describe('Reflector against a scripted apiserver', () => {
     assert.deepEqual(metrics, ['relist:initial', 'restart:gone', 'relist:gone']);
   });
 
-  it('relists when the watch request itself is answered with HTTP 410', async () => {
+  test('relists when the watch request itself is answered with HTTP 410', async () => {
     const { fake, reflector, metrics } = await harness({
       list: () => configMapList('10', []),
       watches: [(w) => w.fail(410, { kind: 'Status', code: 410, reason: 'Gone' })],
     });
     reflector.start();
-    await eventually(() => fake.watches.length === 2, 5_000, 'the watch after the relist');
+    await eventually('the watch after the relist', () => fake.watches.length === 2, 5_000);
     assert.equal(fake.lists.length, 2);
     assert.deepEqual(metrics, ['relist:initial', 'restart:gone', 'relist:gone']);
   });
 
-  it('backs off instead of relisting in a tight loop when every fresh watch is answered with 410', async () => {
-    const gone = (w: { send(type: string, object: unknown): void }) =>
-      w.send('ERROR', { kind: 'Status', code: 410, reason: 'Expired' });
+  test('backs off instead of relisting in a tight loop when every fresh watch is answered with 410', async () => {
+    const gone = (w: { send(type: string, object: unknown): void }) => w.send('ERROR', expired());
     const { fake, reflector } = await harness(
       { list: () => configMapList('10', []), watches: Array.from({ length: 50 }, () => gone) },
-      { backoff: { initialMs: 50, maxMs: 1_000, jitter: 0 } },
+      { backoff: { baseMs: 50, capMs: 1_000, jitter: 0 } },
     );
     reflector.start();
     await new Promise((resolve) => setTimeout(resolve, 500));
@@ -181,18 +173,18 @@ describe('Reflector against a scripted apiserver', () => {
     assert.ok(fake.lists.length >= 3 && fake.lists.length <= 5, `${fake.lists.length} lists`);
   });
 
-  it('keeps retrying a failing watch with growing delays and never stops', async () => {
+  test('keeps retrying a failing watch with growing delays and never stops', async () => {
     const fail = (status: number) => (w: { fail(status: number): void }) => w.fail(status);
     const { fake, reflector, metrics } = await harness(
       {
         list: () => configMapList('10', []),
         watches: [fail(500), fail(403), fail(500), fail(503)],
       },
-      { backoff: { initialMs: 20, maxMs: 1_000, jitter: 0 } },
+      { backoff: { baseMs: 20, capMs: 1_000, jitter: 0 } },
     );
     const started = Date.now();
     reflector.start();
-    await eventually(() => fake.watches.length === 5, 5_000, 'a fifth watch');
+    await eventually('a fifth watch', () => fake.watches.length === 5, 5_000);
     // 20 + 40 + 80 + 160 ms of backoff before the fifth attempt.
     assert.ok(Date.now() - started >= 300, `retried after ${Date.now() - started} ms`);
     assert.deepEqual(metrics.slice(1), [
@@ -208,7 +200,7 @@ describe('Reflector against a scripted apiserver', () => {
     assert.equal(fake.lists.length, 1, 'errors other than 410 do not relist');
   });
 
-  it('retries a failing list until it succeeds', async () => {
+  test('retries a failing list until it succeeds', async () => {
     let attempts = 0;
     const { fake, reflector, events } = await harness({
       list: () =>
@@ -217,12 +209,12 @@ describe('Reflector against a scripted apiserver', () => {
           : configMapList('10', [configMap('a', '1')]),
     });
     reflector.start();
-    await eventually(() => fake.watches.length === 1, 5_000, 'the watch');
+    await eventually('the watch', () => fake.watches.length === 1, 5_000);
     assert.equal(attempts, 3);
     assert.deepEqual(events, ['add ns/a@1', 'synced 1']);
   });
 
-  it('lists from the start again when a continue token expired', async () => {
+  test('lists from the start again when a continue token expired', async () => {
     const { fake, reflector } = await harness(
       {
         list: (q) => {
@@ -240,7 +232,7 @@ describe('Reflector against a scripted apiserver', () => {
       { pageSize: 1 },
     );
     reflector.start();
-    await eventually(() => fake.watches.length === 1, 5_000, 'the watch');
+    await eventually('the watch', () => fake.watches.length === 1, 5_000);
     assert.deepEqual(
       fake.lists.map((q) => q.get('continue')),
       [null, 'stale', null],
@@ -248,18 +240,18 @@ describe('Reflector against a scripted apiserver', () => {
     assert.equal(fake.watches[0]!.get('resourceVersion'), '20');
   });
 
-  it('aborts a watch that stays silent for staleAfterMs and resumes it', async () => {
+  test('aborts a watch that stays silent for staleAfterMs and resumes it', async () => {
     const { fake, reflector, metrics } = await harness(
       { list: () => configMapList('10', []) },
       { staleAfterMs: 150 },
     );
     reflector.start();
-    await eventually(() => fake.watches.length === 3, 5_000, 'two restarts');
+    await eventually('two restarts', () => fake.watches.length === 3, 5_000);
     assert.deepEqual(metrics.slice(0, 3), ['relist:initial', 'restart:stale', 'restart:stale']);
-    await eventually(() => fake.openWatches <= 1, 1_000, 'the stale watches to be closed');
+    await eventually('the stale watches to be closed', () => fake.openWatches <= 1, 1_000);
   });
 
-  it('does not consider a watch that keeps delivering bookmarks stale', async () => {
+  test('does not consider a watch that keeps delivering bookmarks stale', async () => {
     const { fake, reflector, metrics } = await harness(
       {
         list: () => configMapList('10', []),
@@ -284,41 +276,33 @@ describe('Reflector against a scripted apiserver', () => {
     assert.deepEqual(metrics, ['relist:initial']);
   });
 
-  it('resumes from a seed without listing and relists when the seed’s version expired', async () => {
+  test('resumes from a seed without listing and relists when the seed’s version expired', async () => {
     const { fake, reflector, events } = await harness(
       {
         list: () => configMapList('90', [configMap('a', '5'), configMap('c', '85')]),
-        watches: [
-          (w) =>
-            w.send('ERROR', {
-              kind: 'Status',
-              code: 410,
-              reason: 'Expired',
-              message: 'too old resource version: 3',
-            }),
-        ],
+        watches: [(w) => w.send('ERROR', expired('too old resource version: 3'))],
       },
       { resumeFrom: { objects: [configMap('a', '5'), configMap('b', '3')], resourceVersion: '3' } },
     );
     assert.equal(reflector.hasSynced(), true);
     reflector.start();
-    await eventually(() => fake.watches.length === 2, 5_000, 'the watch after the relist');
+    await eventually('the watch after the relist', () => fake.watches.length === 2, 5_000);
     assert.equal(fake.watches[0]!.get('resourceVersion'), '3');
     assert.deepEqual(events, ['delete ns/b (vanished)', 'add ns/c@85', 'synced 2']);
   });
 
-  it('calls onResync periodically with every stored object', async () => {
+  test('calls onResync periodically with every stored object', async () => {
     const resyncs: number[] = [];
     const { reflector } = await harness(
       { list: () => configMapList('10', [configMap('a', '1'), configMap('b', '2')]) },
       { resyncMs: 50, onResync: (all) => void resyncs.push(all.length) },
     );
     reflector.start();
-    await eventually(() => resyncs.length >= 2, 5_000, 'two resyncs');
+    await eventually('two resyncs', () => resyncs.length >= 2, 5_000);
     assert.deepEqual(resyncs.slice(0, 2), [2, 2]);
   });
 
-  it('delivers to async handlers one at a time, in order', async () => {
+  test('delivers to async handlers one at a time, in order', async () => {
     const log: string[] = [];
     let active = 0;
     const { reflector } = await harness(
@@ -338,11 +322,11 @@ describe('Reflector against a scripted apiserver', () => {
       },
     );
     reflector.start();
-    await eventually(() => log.length === 3, 5_000, 'three adds');
+    await eventually('three adds', () => log.length === 3, 5_000);
     assert.deepEqual(log, ['a', 'b', 'c']);
   });
 
-  it('keeps delivering after a handler throws', async () => {
+  test('keeps delivering after a handler throws', async () => {
     const failures: string[] = [];
     const added: string[] = [];
     const { reflector } = await harness(
@@ -356,11 +340,11 @@ describe('Reflector against a scripted apiserver', () => {
       },
     );
     reflector.start();
-    await eventually(() => added.length === 1, 5_000, 'the second add');
+    await eventually('the second add', () => added.length === 1, 5_000);
     assert.deepEqual(failures, ['handler']);
   });
 
-  it('leaves no timer or socket behind after stop()', async () => {
+  test('leaves no timer or socket behind after stop()', async () => {
     // Counts handles by type; earlier tests' sockets may still be closing, so compare as "no more than before".
     const handles = () => {
       const counts = new Map<string, number>();
@@ -380,9 +364,9 @@ describe('Reflector against a scripted apiserver', () => {
     });
     cleanups.push(() => fake.close());
     reflector.start();
-    await eventually(() => fake.openWatches === 1, 5_000, 'the watch');
+    await eventually('the watch', () => fake.openWatches === 1, 5_000);
     await reflector.stop();
-    await eventually(() => fake.openWatches === 0, 2_000, 'the watch to close');
+    await eventually('the watch to close', () => fake.openWatches === 0, 2_000);
     await fake.close();
     await new Promise((resolve) => setTimeout(resolve, 20)); // handles are released a tick after close
     for (const [type, count] of handles())

@@ -1,0 +1,554 @@
+// npm run bench:admission [-- --quick] [-- --keep-cluster] [-- --rate=N] [-- --seconds=N]
+// [-- --subjects=echo,none,native,rollcall,direct,rollcall-3]: what a validating policy adds to a
+// request at a fixed rate, open loop, on the local cluster. One policy of six CEL expressions
+// on a Pod, as rollcall's webhook (a real `rollcall policy-server` process per replica, reached
+// through the node agent's CONNECT proxy) and as a native ValidatingAdmissionPolicy, each
+// matching only its own namespace, beside the apiserver with no policy (its floor) and the
+// generator against an echo server (the generator's own floor). Requests are server-side
+// dry-run Pod creates: nothing is stored. The subjects take turns in short rounds, so a load
+// change on the machine hits them alike. Prints a table and the goal line; JSON in bench/out/.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import type { Agent } from 'node:https';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { join } from 'node:path';
+import {
+  AdmissionregistrationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  PatchStrategy,
+  setHeaderOptions,
+} from '@kubernetes/client-node';
+import { down, up } from '../cluster/cluster.ts';
+import { repoRoot } from '../cluster/paths.ts';
+import { readNodeAgentState } from '../cluster/node-agent-state.ts';
+import { ensurePki } from '../cluster/pki.ts';
+import { startRedis, type RunningRedis } from '../cluster/redis.ts';
+import { PooledKubeConfig } from '../roles/kube-config.ts';
+import {
+  openLoop,
+  pooledAgent,
+  summarize,
+  type LoadOptions,
+  type RawRun,
+  type Target,
+} from './admission-load.ts';
+import { Breakdown, cpuSnapshot, scrape, type Scrape } from './admission-metrics.ts';
+import { admissionReview, benchPod, nativePolicy, rollcallPolicy } from './admission-policies.ts';
+import { TunnelAgent } from './admission-tunnel.ts';
+import { sleep, startProcess, startRollcall, waitHttpOk, type Proc } from './support.ts';
+
+const args = process.argv.slice(2);
+const flag = (name: string) => args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1];
+const quick = args.includes('--quick');
+const keepCluster = args.includes('--keep-cluster');
+const rate = Number(flag('rate') ?? 200);
+/** Measured seconds per subject, in rounds of `roundSeconds`. */
+const seconds = Number(flag('seconds') ?? (quick ? 15 : 60));
+const roundSeconds = quick ? 5 : 10;
+/** Once per subject before its first round, not measured (connections, JIT, caches). */
+const warmupSeconds = quick ? 3 : 10;
+/** Before each round, not measured: the subject's connections are warm again after its pause. */
+const leadInSeconds = 1;
+const allSubjects = ['echo', 'none', 'native', 'rollcall', 'direct', 'rollcall-3'];
+const wanted = new Set((flag('subjects') ?? allSubjects.join(',')).split(','));
+const goalMarginMs = 5;
+const requestTimeoutMs = 10_000;
+
+const dir = join(repoRoot, '.rollcall', 'bench-admission');
+const rollcallNamespace = 'rollcall-system';
+const ns = { none: 'adm-none', native: 'adm-native', rollcall: 'adm-rollcall' } as const;
+const serverName = 'adm';
+const policyName = 'adm-six';
+const log = (line: string) =>
+  console.error(`[admission ${new Date().toISOString().slice(11, 19)}] ${line}`);
+
+const load0 = loadavg();
+const cluster = await up(dir, log);
+const kc = new PooledKubeConfig();
+kc.loadFromFile(cluster.kubeconfig);
+const core = kc.makeApiClient(CoreV1Api);
+const admission = kc.makeApiClient(AdmissionregistrationV1Api);
+const custom = kc.makeApiClient(CustomObjectsApi);
+const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+
+const apiserverUrl = new URL(cluster.server);
+const tls: Target['tls'] = {};
+await kc.applyToHTTPSOptions(tls);
+const apiserver: Target = { host: apiserverUrl.hostname, port: Number(apiserverUrl.port), tls };
+const apiAgent = pooledAgent(apiserver);
+
+const running: Proc[] = [];
+let redis: RunningRedis | undefined;
+let stopping: Promise<void> | undefined;
+function teardown(): Promise<void> {
+  stopping ??= (async () => {
+    await Promise.all(running.map((p) => p.stop()));
+    await redis?.stop();
+    apiAgent.destroy();
+    if (!keepCluster) await down(dir, () => {});
+  })();
+  return stopping;
+}
+process.once('SIGINT', () => void teardown().then(() => process.exit(130)));
+
+// ---------------------------------------------------------------- requests
+
+let seq = 0;
+const podPath = (namespace: string) => `/api/v1/namespaces/${namespace}/pods?dryRun=All`;
+/** A dry-run create of a conforming Pod in `namespace`: admitted, never stored. */
+const podCreate = (namespace: string) => () => ({
+  path: podPath(namespace),
+  body: JSON.stringify(benchPod(`bench-${++seq}`)),
+});
+
+/** Probes until a Pod that breaks the :latest rule is denied with that rule's message. */
+async function untilDenies(namespace: string, what: string, timeoutMs = 120_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  let last = '';
+  while (Date.now() < end) {
+    const r = await openLoop(apiserver, apiAgent, {
+      rate: 1,
+      count: 1,
+      timeoutMs: 15_000,
+      okStatus: 201,
+      request: () => ({
+        path: podPath(namespace),
+        body: JSON.stringify(benchPod(`probe-${++seq}`, true)),
+      }),
+    });
+    last = r.latencies.length ? 'admitted' : (r.samples[0] ?? JSON.stringify(r.errors));
+    if (!r.latencies.length && last.includes(':latest tag')) return;
+    await sleep(500);
+  }
+  throw new Error(
+    `${what} does not deny a :latest Pod in ${namespace} after ${timeoutMs} ms (last answer: ${last})`,
+  );
+}
+
+// ---------------------------------------------------------------- subjects and rounds
+
+interface Subject {
+  name: string;
+  target: Target;
+  agent: Agent;
+  namespace: string;
+  /** Scrape the policy servers' /metrics around each round. */
+  policyServers: boolean;
+  request: LoadOptions['request'];
+  okStatus: number;
+  splitWrites?: boolean;
+  runs: RawRun[];
+  breakdown: Breakdown;
+}
+
+const subject = (
+  name: string,
+  namespace: string,
+  target = apiserver,
+  agent = apiAgent,
+  policyServers = false,
+): Subject => ({
+  name,
+  target,
+  agent,
+  namespace,
+  policyServers,
+  request: podCreate(namespace),
+  okStatus: 201,
+  runs: [],
+  breakdown: new Breakdown(),
+});
+
+const apiserverMetrics = () => scrape(`${cluster.server}/metrics`, tls);
+
+/** The live policy-server processes, from the node agent's file. */
+function policyServerPorts(): { pod: string; port: number; pid: number }[] {
+  const pods = readNodeAgentState(dir)?.pods ?? {};
+  return Object.entries(pods)
+    .filter(([, p]) => p.namespace === rollcallNamespace)
+    .map(([pod, { port, pid }]) => ({ pod, port, pid }));
+}
+let echoPid: number | undefined;
+/** The processes whose CPU time a round charges to its requests. */
+const cpuNow = () =>
+  cpuSnapshot({
+    generator: [process.pid],
+    echo: [echoPid],
+    apiserver: [cluster.pids['kube-apiserver']],
+    etcd: [cluster.pids.etcd],
+    'node agent': [readNodeAgentState(dir)?.pid],
+    'policy servers': policyServerPorts().map((p) => p.pid),
+  });
+
+/** Each policy server's /metrics by pod ('' when it does not answer). */
+async function serverScrapes(): Promise<Map<string, Scrape>> {
+  const list = policyServerPorts();
+  const texts = await Promise.all(
+    list.map(({ port }) => scrape(`https://127.0.0.1:${port}/metrics`).catch(() => '')),
+  );
+  return new Map(list.map(({ pod }, i) => [pod, texts[i]!]));
+}
+
+const loadOpts = (s: Subject, secs: number) => ({
+  rate,
+  count: Math.round(rate * secs),
+  timeoutMs: requestTimeoutMs,
+  okStatus: s.okStatus,
+  request: s.request,
+  splitWrites: s.splitWrites === true,
+});
+
+/** One measured round of a subject: a lead-in, then the round, with /metrics around it. */
+async function round(s: Subject): Promise<void> {
+  await openLoop(s.target, s.agent, loadOpts(s, leadInSeconds));
+  const apiBefore = await apiserverMetrics();
+  const serversBefore = s.policyServers ? await serverScrapes() : undefined;
+  const cpuBefore = cpuNow();
+  const run = await openLoop(s.target, s.agent, loadOpts(s, roundSeconds));
+  const cpuAfter = cpuNow();
+  const apiAfter = await apiserverMetrics();
+  const serversAfter = s.policyServers ? await serverScrapes() : undefined;
+  s.runs.push(run);
+  s.breakdown.add(run.sent, cpuBefore, cpuAfter, apiBefore, apiAfter, serversBefore, serversAfter);
+}
+
+/** Warms every subject up, then runs rounds in rotating order until each has `seconds`. */
+async function block(subjects: Subject[]): Promise<void> {
+  if (subjects.length === 0) return;
+  for (const s of subjects) {
+    log(`${s.name}: ${warmupSeconds} s warm-up at ${rate}/s`);
+    await openLoop(s.target, s.agent, loadOpts(s, warmupSeconds));
+  }
+  const rounds = Math.ceil(seconds / roundSeconds);
+  for (let i = 0; i < rounds; i++) {
+    log(`round ${i + 1}/${rounds}: ${subjects.map((s) => s.name).join(', ')}`);
+    for (let j = 0; j < subjects.length; j++) await round(subjects[(i + j) % subjects.length]!);
+  }
+}
+
+// ---------------------------------------------------------------- set-up of each side
+
+/** A create that finds the object already there (a cluster kept from an earlier run) is fine. */
+async function created(create: Promise<unknown>): Promise<void> {
+  await create.catch((err: { code?: number }) => {
+    if (err.code !== 409) throw err;
+  });
+}
+const ensureNamespace = (name: string) =>
+  created(core.createNamespace({ body: { metadata: { name } } }));
+
+async function startEcho(): Promise<Subject> {
+  const pki = ensurePki(join(dir, 'pki'));
+  const echo = await startProcess(
+    'admission-echo',
+    'bench/admission-echo.ts',
+    ['$PORT', pki.servingCert, pki.servingKey],
+    {},
+  );
+  running.push(echo);
+  echoPid = echo.child.pid;
+  const target: Target = { host: '127.0.0.1', port: echo.port, tls: { ca: tls.ca } };
+  const s = subject('echo', 'echo', target, pooledAgent(target));
+  for (let i = 0; ; i++) {
+    const r = await openLoop(target, s.agent, { ...loadOpts(s, 0), count: 1, timeoutMs: 2000 });
+    if (r.latencies.length) return s;
+    if (i > 50) throw new Error('the echo server did not start: see .rollcall/bench/logs');
+    await sleep(100);
+  }
+}
+
+async function startNative(): Promise<Subject> {
+  const { policy, binding } = nativePolicy(policyName, ns.native);
+  await created(admission.createValidatingAdmissionPolicy({ body: policy }));
+  await created(admission.createValidatingAdmissionPolicyBinding({ body: binding }));
+  // The apiserver compiles and activates a new policy a little later.
+  await untilDenies(ns.native, 'the ValidatingAdmissionPolicy');
+  return subject('native', ns.native);
+}
+
+async function startRollcallSide(): Promise<void> {
+  await ensureNamespace(rollcallNamespace);
+  redis = await startRedis({ dir: join(dir, 'redis'), log });
+  // No --webhook-url: webhooks name the policy server's Service, as in a real cluster.
+  const p = await startRollcall('admission-rollcall', 'run', {
+    namespace: rollcallNamespace,
+    redisUrl: `${redis.url}/0`,
+    kubeconfig: cluster.kubeconfig,
+    extra: ['--install-crds'],
+  });
+  running.push(p);
+  await waitHttpOk(p.port, '/readyz', 120_000);
+  await created(
+    custom.createClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural: 'policyservers',
+      body: {
+        apiVersion: 'rollcall.dev/v1alpha1',
+        kind: 'PolicyServer',
+        metadata: { name: serverName },
+        spec: { replicas: 1 },
+      },
+    }),
+  );
+  await created(
+    custom.createClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural: 'policies',
+      body: rollcallPolicy(policyName, serverName, ns.rollcall),
+    }),
+  );
+}
+
+async function untilPolicyReady(replicas: number, timeoutMs = 180_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < end) {
+    const p = (await custom.getClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural: 'policies',
+      name: policyName,
+    })) as { status?: { summary?: string; readyReplicas?: number; replicas?: number } };
+    last = p.status;
+    if (
+      p.status?.summary === 'Ready' &&
+      p.status.readyReplicas === replicas &&
+      p.status.replicas === replicas
+    )
+      return;
+    await sleep(500);
+  }
+  throw new Error(
+    `Policy ${policyName} not Ready with ${replicas} replicas after ${timeoutMs} ms: ${JSON.stringify(last)}`,
+  );
+}
+
+/** The PolicyServer at `replicas`, the Policy Ready on all of them and denying through the webhook. */
+async function rollcallAt(replicas: number): Promise<Subject> {
+  await custom.patchClusterCustomObject(
+    {
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural: 'policyservers',
+      name: serverName,
+      body: { spec: { replicas } },
+    },
+    mergePatch,
+  );
+  await untilPolicyReady(replicas);
+  for (let i = 0; i < 60 && policyServerPorts().length !== replicas; i++) await sleep(500);
+  await untilDenies(ns.rollcall, "rollcall's webhook");
+  return subject(
+    replicas === 1 ? 'rollcall' : `rollcall-${replicas}`,
+    ns.rollcall,
+    apiserver,
+    apiAgent,
+    true,
+  );
+}
+
+/**
+ * The policy server without the apiserver: AdmissionReviews on the path the webhook serves,
+ * straight to its port, and through the node agent's CONNECT proxy as the apiserver's calls
+ * go (both keep-alive), to tell the server's time from the hops before it.
+ */
+async function directToServer(): Promise<Subject[]> {
+  const [server] = policyServerPorts();
+  if (!server) throw new Error('no policy-server process in the node agent state');
+  const webhook = await admission.readValidatingWebhookConfiguration({
+    name: `rollcall-${policyName}`,
+  });
+  const path = webhook.webhooks?.[0]?.clientConfig.service?.path;
+  if (!path) throw new Error(`webhook rollcall-${policyName} has no service path`);
+  const target: Target = { host: '127.0.0.1', port: server.port, tls: {}, insecure: true };
+  const s = subject('policy server direct', ns.rollcall, target, pooledAgent(target), true);
+  const service = await core.readNamespacedService({
+    name: `policy-server-${serverName}`,
+    namespace: rollcallNamespace,
+  });
+  const proxySocket = readNodeAgentState(dir)?.proxySocket;
+  if (!proxySocket) throw new Error('the node agent has no proxy socket');
+  const tunnel = () =>
+    new TunnelAgent(proxySocket, `${service.spec?.clusterIP}:${service.spec?.ports?.[0]?.port}`, {
+      keepAlive: true,
+      maxSockets: 256,
+      maxFreeSockets: 256,
+      rejectUnauthorized: false,
+    });
+  const viaProxy = subject('policy server via proxy', ns.rollcall, target, tunnel(), true);
+  const review = (violating: boolean) => () => ({
+    path,
+    body: JSON.stringify(
+      admissionReview(`uid-${++seq}`, ns.rollcall, benchPod(`direct-${seq}`, violating)),
+    ),
+  });
+  // Allowed and denied as through the apiserver, so the path and body are right.
+  for (const violating of [false, true]) {
+    const answers: string[] = [];
+    await openLoop(target, s.agent, {
+      rate: 1,
+      count: 1,
+      timeoutMs: 5000,
+      okStatus: 0, // every answer is a "failure", so its body is kept
+      request: review(violating),
+    }).then((r) => answers.push(...r.samples));
+    const allowed = /"allowed":\s*true/.test(answers[0] ?? '');
+    if (allowed === violating)
+      throw new Error(
+        `the policy server answered ${answers[0]} to a ${violating ? 'violating' : 'conforming'} Pod`,
+      );
+  }
+  return [
+    { ...s, request: review(false), okStatus: 200 },
+    { ...viaProxy, request: review(false), okStatus: 200 },
+    {
+      ...subject('policy server via proxy, 2 writes', ns.rollcall, target, tunnel(), true),
+      request: review(false),
+      okStatus: 200,
+      splitWrites: true,
+    },
+  ];
+}
+
+// ---------------------------------------------------------------- the run
+
+const failures: Record<string, string> = {};
+const measured: Subject[] = [];
+/** Runs `fn`; a failure is recorded for `name` and the run goes on without it. */
+async function attempt<T>(name: string, fn: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await fn();
+  } catch (err) {
+    failures[name] = (err as Error).message;
+    log(`${name}: not measured: ${(err as Error).message}`);
+    return undefined;
+  }
+}
+
+try {
+  for (const name of Object.values(ns)) await ensureNamespace(name);
+  log(`machine load average ${load0.map((l) => l.toFixed(2)).join(' ')}`);
+  const first: Subject[] = [];
+  if (wanted.has('echo'))
+    first.push(...[await attempt('echo', startEcho)].filter((s) => s !== undefined));
+  if (wanted.has('none')) first.push(subject('none', ns.none));
+  const native = wanted.has('native') ? await attempt('native', startNative) : undefined;
+  if (native) first.push(native);
+  const wantsRollcall = wanted.has('rollcall') || wanted.has('rollcall-3');
+  if (wantsRollcall) await attempt('rollcall', startRollcallSide);
+  if (wanted.has('rollcall') && !failures.rollcall) {
+    const s = await attempt('rollcall', () => rollcallAt(1));
+    if (s) first.push(s);
+    const direct = s && wanted.has('direct') ? await attempt('direct', directToServer) : undefined;
+    if (direct) first.push(...direct);
+  }
+  await block(first);
+  measured.push(...first);
+
+  // Three replicas: the apiserver spreads its connections over them. Native runs again beside
+  // it, so that this pair is compared under the same conditions.
+  if (wanted.has('rollcall-3') && !failures.rollcall) {
+    const s = await attempt('rollcall-3', () => rollcallAt(3));
+    if (s) {
+      const again = native ? [subject('native-again', ns.native)] : [];
+      await block([...again, s]);
+      measured.push(...again, s);
+    }
+  }
+  report();
+} finally {
+  await teardown();
+}
+
+function report(): void {
+  const load1 = loadavg();
+  const figures = Object.fromEntries(measured.map((s) => [s.name, summarize(rate, s.runs)]));
+  const fmt = (n: number) => (Number.isFinite(n) ? n.toFixed(1) : '-');
+  const rows = [
+    ['subject', 'rate/s', 'sent', 'ok', 'errors', 'p50', 'p90', 'p99', 'max', 'lag p99', 'conns'],
+    ...Object.entries(figures).map(([name, r]) => [
+      name,
+      String(r.rate),
+      String(r.sent),
+      String(r.ok),
+      String(Object.values(r.errors).reduce((a, b) => a + b, 0)),
+      fmt(r.latency.p50),
+      fmt(r.latency.p90),
+      fmt(r.latency.p99),
+      fmt(r.latency.max),
+      fmt(r.lag.p99),
+      String(r.connections),
+    ]),
+  ];
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((row) => row[i]!.length)));
+  const machine = {
+    cores: cpus().length,
+    cpu: cpus()[0]?.model,
+    memoryGiB: Math.round(totalmem() / 2 ** 30),
+    node: process.version,
+    loadavg: { start: load0.map((l) => +l.toFixed(2)), end: load1.map((l) => +l.toFixed(2)) },
+  };
+  console.log(
+    `\nrollcall admission bench (${quick ? 'quick' : 'full'}), ${new Date().toISOString()}: ${seconds} s per subject in ${roundSeconds} s rounds (each after ${leadInSeconds} s lead-in; ${warmupSeconds} s warm-up per subject), open loop, dry-run Pod creates; ms from the scheduled send`,
+  );
+  console.log(JSON.stringify(machine));
+  console.log(
+    'echo: the generator against an HTTPS echo server (its own floor); none: the apiserver, no policy matches (its floor); native: the ValidatingAdmissionPolicy; rollcall: the webhook, 1 policy-server replica; policy server direct / via proxy: AdmissionReviews from the generator to the replica, without the apiserver (2 writes: headers and body in separate TLS records); rollcall-3: 3 replicas, beside native-again',
+  );
+  for (const row of rows)
+    console.log(
+      row.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  '),
+    );
+  for (const [name, r] of Object.entries(figures))
+    if (r.samples.length)
+      console.log(`${name} errors: ${JSON.stringify(r.errors)}; first: ${r.samples[0]}`);
+  for (const [name, message] of Object.entries(failures))
+    console.log(`${name}: not measured: ${message}`);
+
+  const goals: string[] = [];
+  for (const [mine, theirs] of [
+    ['rollcall', 'native'],
+    ['rollcall-3', 'native-again'],
+  ] as const) {
+    const a = figures[mine];
+    const b = figures[theirs];
+    if (!a || !b) continue;
+    const over = a.latency.p99 - (b.latency.p99 + goalMarginMs);
+    goals.push(
+      `goal: ${mine} p99 ≤ ${theirs} p99 + ${goalMarginMs} ms at ${rate}/s: ${over <= 0 ? 'met' : `missed by ${over.toFixed(1)} ms`} (${fmt(a.latency.p99)} vs ${fmt(b.latency.p99)} ms)`,
+    );
+  }
+  for (const g of goals) console.log(g);
+
+  console.log('\nwhere the time goes (means over the measured rounds, from /metrics):');
+  const breakdown: Record<string, unknown> = {};
+  for (const s of measured) {
+    const r = figures[s.name]!;
+    breakdown[s.name] = s.breakdown.summary();
+    console.log(`${s.name}: client mean ${r.latency.mean.toFixed(2)} ms; ${s.breakdown.line()}`);
+  }
+
+  mkdirSync(join(repoRoot, 'bench', 'out'), { recursive: true });
+  const file = join(
+    repoRoot,
+    'bench',
+    'out',
+    `admission-${quick ? 'quick' : 'full'}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`,
+  );
+  const results = {
+    rate,
+    seconds,
+    roundSeconds,
+    leadInSeconds,
+    warmupSeconds,
+    machine,
+    figures,
+    goals,
+    failures,
+    breakdown,
+  };
+  writeFileSync(file, JSON.stringify(results, null, 2));
+  console.log(`JSON: ${file}`);
+}

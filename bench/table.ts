@@ -1,0 +1,104 @@
+// The figures of a bench run as a table on stdout (the same figures go to bench/out/*.json).
+import { cpus } from 'node:os';
+import { concurrency, phaseTimeoutMs, type Sizes } from './context.ts';
+import type { Floor } from './phases/floor.ts';
+import { flipTimeoutMs, type Latency } from './phases/latency.ts';
+import type { Memory } from './phases/memory.ts';
+import type { FanOutRow } from './phases/fan-out.ts';
+import type { ScaleOut } from './phases/scale-out.ts';
+import type { Storm } from './phases/storm.ts';
+
+export interface PerSubject {
+  /** Seconds from the healing report writes until the subject's queue was empty. */
+  settleS: number;
+  latency: Latency;
+  storm: Storm;
+}
+
+export interface Figures {
+  quick: boolean;
+  size: Sizes;
+  machine: unknown;
+  subjects: Record<string, PerSubject>;
+  floor: Floor;
+  memory: Memory;
+  scaleOut: ScaleOut[];
+  fanOut: FanOutRow[];
+}
+
+export function printTable({
+  quick,
+  size,
+  machine,
+  subjects: s,
+  floor,
+  memory: m,
+  scaleOut: scale,
+  fanOut,
+}: Figures): void {
+  const floorS = floor.seconds;
+  const names = Object.keys(s);
+  const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : '—');
+  const rows: [string, ...string[]][] = [['figure', ...names]];
+  const row = (label: string, f: (x: PerSubject) => string) =>
+    rows.push([label, ...names.map((n) => f(s[n]!))]);
+  // A flip or storm that timed out is a figure too: "> limit".
+  const ms = (v: number) => (v === Infinity ? `> ${flipTimeoutMs}` : fmt(v));
+  const sec = (v: number) => (v === Infinity ? `> ${phaseTimeoutMs / 1000}` : fmt(v, 1));
+  row('0 queue idle after healing s', (x) => sec(x.settleS));
+  row(`1 latency p50 ms (${size.flips} flips)`, (x) => ms(x.latency.p50));
+  row('1 latency p90 ms', (x) => ms(x.latency.p90));
+  row('1 latency p99 ms', (x) => ms(x.latency.p99));
+  row('1 latency max ms', (x) => ms(x.latency.max));
+  row(`1 flips not seen in ${flipTimeoutMs / 1000} s`, (x) =>
+    x.latency.timeouts === 0 ? '0' : `${x.latency.timeouts} of ${x.latency.flips}`,
+  );
+  row('1 reconcile runs per flip', (x) => fmt(x.latency.runsPerFlip, 1));
+  row('1 subject CPU ms per flip', (x) => fmt(x.latency.cpuMsPerFlip, 1));
+  row('1 status writes per flip', (x) => fmt(x.latency.statusWritesPerFlip, 2));
+  row('1 API status write ms (at the proxy)', (x) => fmt(x.latency.apiStatusWriteMs, 1));
+  row('1 API Event write ms (at the proxy)', (x) => fmt(x.latency.apiEventMs, 1));
+  row('1 API reads per flip', (x) => fmt(x.latency.readsPerFlip, 1));
+  row(`2 storm convergence s (${size.storm}×3)`, (x) => sec(x.storm.convergenceS));
+  row('2 … after the last report s', (x) => sec(x.storm.afterDataPlaneS));
+  row('2 policies at the end state', (x) => `${x.storm.convergedPolicies}/${size.storm}`);
+  row('3 convergence / floor', (x) =>
+    x.storm.convergenceS === Infinity ? '—' : fmt(x.storm.convergenceS / floorS, 1) + '×',
+  );
+  row('2 reconcile runs', (x) => fmt(x.storm.reconcileRuns));
+  row('2 subject CPU s', (x) => fmt(x.storm.cpuS, 1));
+  row('2 status writes', (x) => fmt(x.storm.statusWrites));
+  row('2 API status write ms (at the proxy)', (x) => fmt(x.storm.apiStatusWriteMs, 1));
+  row('2 real status changes (watch)', (x) => fmt(x.storm.realStatusChanges));
+  row('5 no-op status writes', (x) => fmt(x.storm.noopWrites));
+  row('5 status writes / real change', (x) => fmt(x.storm.writesPerRealChange, 2));
+  row('2 API reads (get/list)', (x) => fmt(x.storm.apiReads));
+  row('2 watch starts', (x) => fmt(x.storm.watchStarts));
+  row('5 API reads per event', (x) => fmt(x.storm.readsPerEvent, 2));
+  row('2 Events written', (x) => fmt(x.storm.events));
+  row('2 data-plane events', (x) => fmt(x.storm.dataPlaneEvents));
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  const line = (r: string[]) =>
+    r.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  console.log(`\nrollcall bench (${quick ? 'quick' : 'full'}), ${JSON.stringify(machine)}`);
+  for (const r of rows) console.log(line(r));
+  console.log(
+    `3 floor: ${floor.writes} status writes + ${floor.events} Events, tight loop, concurrency ${concurrency}: ${floorS.toFixed(2)} s`,
+  );
+  for (const n of names) {
+    const b = s[n]!.latency.breakdown;
+    if (b)
+      console.log(
+        `1 where a flip's time goes, ${n} (mean ms): ${b.map((r) => `${r.stage} ${r.ms.toFixed(1)}`).join(', ')}`,
+      );
+  }
+  console.log(
+    `6 memory (${m.pods} pods, ${m.policies} policies), RSS MiB: watcher ${fmt(m.loaded.watcherMiB)} (peak ${fmt(m.loaded.watcherPeakMiB)}, idle ${fmt(m.idle.watcherMiB)}); worker ${fmt(m.loaded.workerMiB)} (peak ${fmt(m.loaded.workerPeakMiB)}, idle ${fmt(m.idle.workerMiB)}); controller-runtime peer ${fmt(m.peerMiB)} (peak ${fmt(m.peerPeakMiB)}); baseline poller peak ${fmt(m.pollerPeakMiB)}`,
+  );
+  console.log(
+    `7 worker scale-out (${cpus().length} cores): ${scale.map((x) => `${x.workers} → ${fmt(x.runsPerSecond)} runs/s`).join(', ')}`,
+  );
+  console.log(
+    `8 fan-out, Redis commands per pod event (watcher): ${fanOut.map((r) => `${r.policies} policies on the server → ${fmt(r.commandsPerEvent, 1)} (${r.podEvents} events)`).join(', ')}`,
+  );
+}

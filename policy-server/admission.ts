@@ -1,0 +1,135 @@
+/**
+ * `POST /validate/<policy>/<generation>`: one AdmissionReview v1 in, one out. The webhook's
+ * path pins the generation it serves, so a replica answers with exactly that generation, or
+ * (when it has not loaded it) by that generation's failurePolicy, saying so.
+ */
+import type { Target } from './lifecycle.ts';
+import type { PoolJob, PoolOutcome } from './pool.ts';
+import { parseReview, type ParsedReview } from './review.ts';
+import { admissionResponse, type Outcome, type VerdictLabel } from './verdict.ts';
+
+/** The largest AdmissionReview accepted (the apiserver's own request limit is about 3 MiB). */
+export const MAX_REVIEW_BYTES = 3 * 1024 * 1024;
+
+/**
+ * The evaluation deadline of a policy: its `timeoutSeconds` (the apiserver's limit for the
+ * whole webhook call) less 500 ms for the network and the answer, and at least 200 ms.
+ */
+export function deadlineMs(timeoutSeconds: number): number {
+  return Math.max(200, timeoutSeconds * 1000 - 500);
+}
+
+export interface AdmissionDeps {
+  target(policy: string, generation: number): Target;
+  /** The request's Namespace object for `namespaceObject` (null when unknown). */
+  namespace?(name: string | undefined): unknown;
+  evaluate(job: PoolJob, deadlineMs: number): Promise<PoolOutcome>;
+}
+
+export interface AdmissionResult {
+  status: number;
+  body: unknown;
+  /** For metrics and logs; absent when the request was refused before evaluation. */
+  verdict?: VerdictLabel;
+}
+
+const PATH = /^\/validate\/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)\/([1-9][0-9]{0,17})$/;
+
+/** The policy and generation of an admission path, or undefined. */
+export function parseValidatePath(
+  path: string,
+): { policy: string; generation: number } | undefined {
+  const m = PATH.exec(path);
+  return m ? { policy: m[1]!, generation: Number(m[3]) } : undefined;
+}
+
+/** A Namespace's JSON, written once per version of it (the watch replaces the object on change). */
+const namespaceTexts = new WeakMap<object, string>();
+function namespaceJson(namespace: unknown): string | null {
+  if (typeof namespace !== 'object' || namespace === null) return null;
+  let text = namespaceTexts.get(namespace);
+  if (text === undefined) namespaceTexts.set(namespace, (text = JSON.stringify(namespace)));
+  return text;
+}
+
+/**
+ * Whether a policy's code may read `namespaceObject`: no expression can without the word, so
+ * a policy whose code never has it needs no Namespace (once per generation's code).
+ */
+const namespaceReaders = new WeakMap<object, boolean>();
+function readsNamespace(code: unknown): boolean {
+  if (typeof code !== 'object' || code === null) return true;
+  let reads = namespaceReaders.get(code);
+  if (reads === undefined)
+    namespaceReaders.set(code, (reads = JSON.stringify(code).includes('namespaceObject')));
+  return reads;
+}
+
+const invalid = (error: string): AdmissionResult => ({ status: 400, body: { error } });
+
+/** Answers one AdmissionReview body for `policy` at `generation`. Never throws. */
+export async function review(
+  body: string,
+  policy: string,
+  generation: number,
+  deps: AdmissionDeps,
+): Promise<AdmissionResult> {
+  const target = deps.target(policy, generation);
+  // A webhook for a Policy this server does not have: an error, so the apiserver applies
+  // the webhook's own failurePolicy (this replica knows no better one).
+  if (target.kind === 'unknown')
+    return {
+      status: 404,
+      body: { error: `policy ${policy} is not assigned to this policy server (or was deleted)` },
+      verdict: 'error',
+    };
+
+  // The evaluation thread reads the review. This thread parses it only for what the thread
+  // does not give: the Namespace of a policy that reads namespaceObject, and the uid of a
+  // request the thread did not answer (a generation not loaded here, a deadline passed).
+  let parsed: ParsedReview | undefined;
+  const read = () => (parsed ??= parseReview(body));
+  let outcome: Outcome;
+  let uid: string | undefined;
+  let ctx: { mode: 'protect' | 'monitor'; failurePolicy: 'Fail' | 'Ignore' };
+  if (target.kind === 'unavailable') {
+    outcome = { kind: 'unavailable', message: target.message };
+    ctx = target;
+  } else {
+    const { spec } = target;
+    ctx = spec;
+    let namespace: string | null = null;
+    if (deps.namespace && readsNamespace(target.code)) {
+      const review = read();
+      if (!review.ok) return invalid(review.error);
+      namespace = namespaceJson(deps.namespace(review.request.namespace));
+    }
+    const answer = await deps.evaluate(
+      {
+        key: target.key,
+        policy: { code: target.code, params: spec.settings, failurePolicy: spec.failurePolicy },
+        review: body,
+        namespace,
+      },
+      deadlineMs(spec.timeoutSeconds),
+    );
+    if (answer.kind === 'invalid') return invalid(answer.message);
+    outcome = answer;
+    uid = answer.uid;
+  }
+  if (uid === undefined) {
+    const review = read();
+    if (!review.ok) return invalid(review.error);
+    uid = review.request.uid;
+  }
+  const { response, verdict } = admissionResponse(
+    uid,
+    { policy, generation, mode: ctx.mode, failurePolicy: ctx.failurePolicy },
+    outcome,
+  );
+  return {
+    status: 200,
+    body: { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response },
+    verdict,
+  };
+}

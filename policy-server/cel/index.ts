@@ -1,0 +1,20 @@
+// rollcall's CEL engine: policies shaped like Kubernetes' ValidatingAdmissionPolicy, compiled
+// once at load time and evaluated per admission request. See docs/cel.md.
+export {
+  compilePolicy,
+  REASON_CODES,
+  type CompiledPolicy,
+  type CompileResult,
+  type MatchCondition,
+  type PolicyCode,
+  type Validation,
+  type Variable,
+} from './compile.ts';
+export { EvaluationError } from './errors.ts';
+export {
+  evaluatePolicy,
+  type AdmissionInput,
+  type EvaluateOptions,
+  type Verdict,
+} from './evaluate.ts';
+export { toCelValue } from './json-values.ts';

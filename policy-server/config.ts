@@ -1,0 +1,125 @@
+// Configuration of `rollcall policy-server`, from flags with environment fallbacks. Pure:
+// argv and env in, a validated config (or an error an operator can act on) out. A later flag
+// overrides an earlier one, so the local node agent can append `--address=127.0.0.1 --port=N`.
+import { parseArgs } from 'node:util';
+import { POLICY_SERVER_TLS_DIR } from '../api/constants.ts';
+
+export interface PolicyServerConfig {
+  /** HTTPS port for admission, probes and metrics. */
+  port: number;
+  /** Interface to bind. */
+  address: string;
+  /** Directory holding `tls.crt` and `tls.key` (a mounted kubernetes.io/tls Secret). */
+  tlsDir: string;
+  /** Path to a kubeconfig; undefined: in-cluster. */
+  kubeconfig: string | undefined;
+  /** The PolicyServer this replica belongs to: it loads the Policies assigned to it. */
+  server: string;
+  /** This replica's pod: the report goes into its annotation. */
+  pod: string;
+  /** The pod's namespace. */
+  namespace: string;
+  logLevel: string;
+  /** Evaluation worker threads kept warm; more are started while some are busy. */
+  workers: number;
+  /** Upper bound of evaluation worker threads. */
+  maxWorkers: number;
+}
+
+export class PolicyServerConfigError extends Error {
+  override name = 'PolicyServerConfigError';
+}
+
+const flags = {
+  port: { type: 'string' },
+  address: { type: 'string' },
+  'tls-dir': { type: 'string' },
+  kubeconfig: { type: 'string' },
+  server: { type: 'string' },
+  pod: { type: 'string' },
+  namespace: { type: 'string' },
+  'log-level': { type: 'string' },
+  workers: { type: 'string' },
+  'max-workers': { type: 'string' },
+} as const;
+
+export const policyServerHelp = `usage: rollcall policy-server --server NAME --pod NAME [options]
+
+Loads the Policies of one PolicyServer (CEL, shaped like ValidatingAdmissionPolicy), reports
+what it loaded on its own pod (annotation rollcall.dev/policies) and answers AdmissionReview v1
+over HTTPS on POST /validate/<policy>/<generation>; GET /readyz, /healthz, /metrics.
+
+options (flag, then environment variable, then default; a later flag wins):
+  --port N            HTTPS port (PORT, 8443)
+  --address IP        interface to bind (0.0.0.0)
+  --tls-dir DIR       tls.crt and tls.key, reloaded when they change (ROLLCALL_TLS_DIR, ${POLICY_SERVER_TLS_DIR})
+  --kubeconfig PATH   (KUBECONFIG, else in-cluster config)
+  --server NAME       the PolicyServer this replica serves (POLICY_SERVER, required)
+  --pod NAME          this pod, which carries the report (POD_NAME, required)
+  --namespace NS      this pod's namespace (POD_NAMESPACE, rollcall-system)
+  --workers N         evaluation threads kept warm (ROLLCALL_WORKERS, 2)
+  --max-workers N     evaluation threads at most, while some are busy (ROLLCALL_MAX_WORKERS, 8)
+  --log-level L       pino level (LOG_LEVEL, info)`;
+
+/** Parses argv and env; throws a PolicyServerConfigError that says what to fix. */
+export function parsePolicyServerConfig(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>>,
+): PolicyServerConfig {
+  let values: Record<string, string | undefined>;
+  try {
+    values = parseArgs({ args: [...argv], options: flags, strict: true, allowPositionals: false })
+      .values as Record<string, string | undefined>;
+  } catch (err) {
+    throw new PolicyServerConfigError(`${(err as Error).message}\n\n${policyServerHelp}`);
+  }
+  const str = (flag: string, envName?: string, fallback?: string): string | undefined => {
+    const v = values[flag];
+    if (v !== undefined && v !== '') return v;
+    const e = envName ? env[envName] : undefined;
+    return e !== undefined && e !== '' ? e : fallback;
+  };
+  const int = (
+    flag: string,
+    envName: string | undefined,
+    fallback: number,
+    min: number,
+    max: number,
+  ) => {
+    const raw = str(flag, envName, String(fallback))!;
+    const n = Number(raw);
+    if (!/^\d+$/.test(raw) || n < min || n > max)
+      throw new PolicyServerConfigError(
+        `--${flag}${envName ? ` (${envName})` : ''} must be a whole number from ${min} to ${max}, got ${JSON.stringify(raw)}`,
+      );
+    return n;
+  };
+  const required = (flag: string, envName: string, what: string) => {
+    const v = str(flag, envName);
+    if (v === undefined)
+      throw new PolicyServerConfigError(
+        `${what} is unknown: pass --${flag} NAME or set ${envName}`,
+      );
+    return v;
+  };
+  const server = required('server', 'POLICY_SERVER', 'the PolicyServer this replica serves');
+  const pod = required('pod', 'POD_NAME', 'this replica’s pod');
+  const workers = int('workers', 'ROLLCALL_WORKERS', 2, 1, 64);
+  const maxWorkers = int('max-workers', 'ROLLCALL_MAX_WORKERS', Math.max(8, workers), 1, 256);
+  if (maxWorkers < workers)
+    throw new PolicyServerConfigError(
+      `--max-workers (${maxWorkers}) must be at least --workers (${workers})`,
+    );
+  return {
+    port: int('port', 'PORT', 8443, 0, 65535),
+    address: str('address', undefined, '0.0.0.0')!,
+    tlsDir: str('tls-dir', 'ROLLCALL_TLS_DIR', POLICY_SERVER_TLS_DIR)!,
+    kubeconfig: str('kubeconfig', 'KUBECONFIG'),
+    server,
+    pod,
+    namespace: str('namespace', 'POD_NAMESPACE', 'rollcall-system')!,
+    logLevel: str('log-level', 'LOG_LEVEL', 'info')!,
+    workers,
+    maxWorkers,
+  };
+}

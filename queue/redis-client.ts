@@ -1,0 +1,122 @@
+// One Redis client type for the three topologies --redis-url names: a single Redis, a primary
+// found through Sentinels (ioredis follows failovers), and a Redis Cluster. Everything
+// topology-specific lives here: the client, the key prefix, key listing and the primary's
+// address; the rest of rollcall is the same code on all three.
+
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { parseRedisUrl, type RedisTarget } from './redis-url.ts';
+
+export type RedisClient = Redis | Cluster;
+
+export function isCluster(client: RedisClient): client is Cluster {
+  return (client as { isCluster?: boolean }).isCluster === true;
+}
+
+/**
+ * True for Sentinel and Cluster clients: their primary can change to a replica that missed the
+ * last writes (replication is asynchronous), so the watcher counts its writes there.
+ */
+export function isReplicated(client: RedisClient): boolean {
+  return isCluster(client) || (client.options.sentinels?.length ?? 0) > 0;
+}
+
+/** A client for `url` (any form parseRedisUrl accepts) with the given per-connection options. */
+export function createRedisClient(url: string, options: RedisOptions): RedisClient {
+  return clientFor(parseRedisUrl(url), options);
+}
+
+function clientFor(target: RedisTarget, options: RedisOptions): RedisClient {
+  switch (target.kind) {
+    case 'single':
+      return new Redis(target.url, options);
+    case 'sentinel': {
+      const { sentinels, name, username, password, sentinelPassword, db } = target;
+      return closingSentinelSubscriptions(
+        new Redis({
+          ...options,
+          sentinels,
+          name,
+          db,
+          ...(username === undefined ? {} : { username }),
+          ...(password === undefined ? {} : { password }),
+          ...(sentinelPassword === undefined ? {} : { sentinelPassword }),
+          // Subscribe to the Sentinels' +switch-master and reconnect to the new primary at
+          // once: a primary whose node vanished leaves a socket that never errors by itself.
+          failoverDetector: true,
+        }),
+      );
+    }
+    case 'cluster': {
+      const { nodes, username, password } = target;
+      const { enableOfflineQueue, enableReadyCheck, ...perNode } = options;
+      return new Cluster(nodes, {
+        ...(enableOfflineQueue === undefined ? {} : { enableOfflineQueue }),
+        ...(enableReadyCheck === undefined ? {} : { enableReadyCheck }),
+        redisOptions: {
+          ...perNode,
+          ...(username === undefined ? {} : { username }),
+          ...(password === undefined ? {} : { password }),
+        },
+      });
+    }
+  }
+}
+
+/**
+ * ioredis 5 leaves the failover detector's Sentinel subscriptions open after `quit()` (ioredis
+ * issue 1362), which keeps the process from exiting; `disconnect()` closes them. So every
+ * client that ends disconnects too, and so do its duplicates (BullMQ's blocking connections).
+ */
+function closingSentinelSubscriptions(client: Redis): Redis {
+  client.once('end', () => client.disconnect());
+  const duplicate = client.duplicate.bind(client);
+  client.duplicate = (override) => closingSentinelSubscriptions(duplicate(override));
+  return client;
+}
+
+/**
+ * The key prefix of the queue, the projections and the write bucket. On a Cluster it is a hash
+ * tag (`{rollcall}`), so that every key lands in one slot and every MULTI and Lua script
+ * stays legal; a single Redis or a Sentinel primary keeps the plain prefix.
+ */
+export function keyPrefix(client: RedisClient, prefix = 'rollcall'): string {
+  return isCluster(client) && !/\{[^{}]+\}/.test(prefix) ? `{${prefix}}` : prefix;
+}
+
+/** Keys matching `pattern` on every primary (KEYS on a Cluster client would ask one random node). */
+export async function keysMatching(client: RedisClient, pattern: string): Promise<string[]> {
+  if (!isCluster(client)) return client.keys(pattern);
+  const perNode = await Promise.all(client.nodes('master').map((node) => node.keys(pattern)));
+  return [...new Set(perNode.flat())];
+}
+
+/**
+ * `host:port` of the primary this client writes `key` to now, or undefined while it has no
+ * connection. A Sentinel client's socket is the primary Sentinel named last; a Cluster's is
+ * the node that owns the key's slot in the client's current slot table.
+ */
+export function primaryAddress(client: RedisClient, key: string): string | undefined {
+  if (isCluster(client)) return client.slots[keySlot(key)]?.[0];
+  if (client.status !== 'ready') return undefined;
+  const { remoteAddress, remotePort } = client.stream ?? {};
+  if (!remoteAddress || !remotePort) return undefined;
+  return `${remoteAddress.includes(':') ? `[${remoteAddress}]` : remoteAddress}:${remotePort}`;
+}
+
+/** The Cluster slot of a key: CRC16 (XMODEM) of its hash tag, if any, modulo 16384. */
+export function keySlot(key: string): number {
+  const bytes = Buffer.from(key);
+  const open = bytes.indexOf('{');
+  let hashed = bytes;
+  if (open >= 0) {
+    const close = bytes.indexOf('}', open + 1);
+    if (close > open + 1) hashed = bytes.subarray(open + 1, close);
+  }
+  let crc = 0;
+  for (const byte of hashed) {
+    crc ^= byte << 8;
+    for (let i = 0; i < 8; i++)
+      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc % 16384;
+}

@@ -1,0 +1,71 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { reportsFromPods } from '../../../api/report.ts';
+import { policy } from '../../../functions/policy.ts';
+import { buildWebhookConfiguration } from '../../../functions/webhook-core.ts';
+import type { PolicyView } from '../../../projections/store.ts';
+import {
+  aPolicy,
+  aServerWithDeployment,
+  NAMESPACE,
+  reportOf,
+  threePods,
+} from '../../fixtures/builders.ts';
+import { functionContext } from '../../fixtures/function-context.ts';
+
+/** One run of the policy function on a view; what it enqueued and wrote. */
+async function run(view: Omit<PolicyView, 'policyServer' | 'deployment' | 'replicaSets'>) {
+  const { server, deployment, replicaSet } = aServerWithDeployment();
+  const enqueued: string[] = [];
+  const writes: string[] = [];
+  const store = {
+    policyView: async (): Promise<PolicyView> => ({
+      ...view,
+      policyServer: server,
+      deployment,
+      replicaSets: [replicaSet],
+    }),
+  };
+  const kube = {
+    patchStatus: async () => (writes.push('status'), true),
+    event: async () => void writes.push('event'),
+  };
+  const ctx = functionContext({
+    store,
+    kube,
+    enqueue: async (keys) => void enqueued.push(...keys),
+  });
+  await policy.handle(view.policy!.metadata.name, ctx);
+  return { enqueued, writes };
+}
+
+describe('the policy function enqueues the webhook only when the readiness moves it', () => {
+  const loaded = aPolicy();
+  const pods = threePods(reportOf(loaded.metadata.name, 4, 'Loaded'));
+  const reports = reportsFromPods(pods, loaded.metadata.name);
+  const { server } = aServerWithDeployment();
+  const serving = (generation: number) =>
+    buildWebhookConfiguration(aPolicy({ generation }), server, { namespace: NAMESPACE }, 'Q0EK');
+
+  test('every replica loaded generation 4, the webhook serves 3: the webhook runs', async () => {
+    const { enqueued, writes } = await run({ policy: loaded, pods, reports, webhook: serving(3) });
+    assert.deepEqual(enqueued, ['webhook/require-labels']);
+    assert.deepEqual(writes, ['status', 'event']);
+  });
+
+  test('the webhook already serves 4: no webhook run', async () => {
+    const { enqueued } = await run({ policy: loaded, pods, reports, webhook: serving(4) });
+    assert.deepEqual(enqueued, []);
+  });
+
+  test('still loading: the webhook keeps what it serves, no webhook run', async () => {
+    const loading = threePods(reportOf(loaded.metadata.name, 4, 'Loading'));
+    const { enqueued } = await run({
+      policy: loaded,
+      pods: loading,
+      reports: reportsFromPods(loading, loaded.metadata.name),
+      webhook: serving(3),
+    });
+    assert.deepEqual(enqueued, []);
+  });
+});

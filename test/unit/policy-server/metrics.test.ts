@@ -1,0 +1,32 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { PolicyServerMetrics } from '../../../policy-server/metrics.ts';
+
+describe('policy-server metrics', () => {
+  test('count answers by policy, generation and verdict, and load failures by policy', async () => {
+    const m = new PolicyServerMetrics();
+    m.admission('p', 3, 'timeout', 0.4);
+    m.loaded('q', 'url', 'Failed', 1.2);
+    const text = await m.registry.metrics();
+    assert.match(
+      text,
+      /rollcall_admission_requests_total\{policy="p",generation="3",verdict="timeout"\} 1/,
+    );
+    assert.match(text, /rollcall_policy_load_failures_total\{policy="q"\} 1/);
+    assert.match(
+      text,
+      /rollcall_policy_load_duration_seconds_count\{source="url",state="Failed"\} 1/,
+    );
+  });
+
+  test('read the pool’s threads at scrape time', async () => {
+    const m = new PolicyServerMetrics();
+    let stats = { threads: 3, busy: 1, queued: 0 };
+    m.watchPool(() => stats);
+    assert.match(await m.registry.metrics(), /rollcall_evaluation_threads\{state="idle"\} 2/);
+    stats = { threads: 4, busy: 4, queued: 5 };
+    const text = await m.registry.metrics();
+    assert.match(text, /rollcall_evaluation_threads\{state="busy"\} 4/);
+    assert.match(text, /rollcall_evaluation_queued_requests 5/);
+  });
+});

@@ -1,0 +1,133 @@
+import assert from 'node:assert/strict';
+import { after, describe, test } from 'node:test';
+import { EvaluationPool, type PoolJob } from '../../../policy-server/pool.ts';
+
+const engine = new URL('./fixtures/fake-engine.ts', import.meta.url).href;
+const review = JSON.stringify({
+  apiVersion: 'admission.k8s.io/v1',
+  kind: 'AdmissionReview',
+  request: { uid: 'r1' },
+});
+const job = (key: string, expression: string, message?: string): PoolJob => ({
+  key,
+  policy: {
+    code: { validations: [{ expression, ...(message ? { message } : {}) }] },
+    params: {},
+    failurePolicy: 'Fail',
+  },
+  review,
+  namespace: null,
+});
+
+describe('the evaluation pool', () => {
+  const pool = new EvaluationPool({ size: 2, max: 6, engine });
+  after(() => pool.close());
+
+  test('answers the engine’s verdict: allowed, or denied with the message', async () => {
+    assert.deepEqual(await pool.evaluate(job('u/1', 'true'), 5000), {
+      kind: 'verdict',
+      uid: 'r1',
+      verdict: { allowed: true },
+    });
+    assert.deepEqual(await pool.evaluate(job('u/2', 'false', 'no latest tag'), 5000), {
+      kind: 'verdict',
+      uid: 'r1',
+      verdict: { allowed: false, message: 'no latest tag' },
+    });
+  });
+
+  test('turns a runtime error into an error outcome and keeps the thread', async () => {
+    const before = pool.stats().threads;
+    assert.deepEqual(await pool.evaluate(job('u/3', 'throw'), 5000), {
+      kind: 'error',
+      uid: 'r1',
+      message: 'no such key: spec',
+    });
+    assert.equal(pool.stats().threads >= before, true);
+  });
+
+  test('cuts a stuck evaluation off at its deadline while other policies answer fast', async () => {
+    const started = Date.now();
+    const stuck = pool.evaluate(job('stuck/1', 'spin'), 400);
+    const fast: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const t = Date.now();
+      const outcome = await pool.evaluate(job('fast/1', 'true'), 5000);
+      assert.equal(outcome.kind, 'verdict');
+      fast.push(Date.now() - t);
+    }
+    const outcome = await stuck;
+    const took = Date.now() - started;
+    assert.deepEqual(outcome, { kind: 'timeout', ms: 400 });
+    assert.ok(took >= 390 && took < 1500, `the stuck request answered after ${took} ms`);
+    // The fast ones did not wait for the stuck one (a warm spare took them).
+    assert.ok(Math.max(...fast) < 350, `fast answers took ${fast.join(', ')} ms`);
+    // The terminated thread was replaced: the pool still answers.
+    assert.equal((await pool.evaluate(job('fast/1', 'true'), 5000)).kind, 'verdict');
+  });
+
+  test('answers within the deadline even when every thread is stuck', async () => {
+    const small = new EvaluationPool({ size: 1, max: 1, engine });
+    try {
+      const stuck = small.evaluate(job('s/1', 'spin'), 300);
+      const t = Date.now();
+      const queued = await small.evaluate(job('q/1', 'true'), 200);
+      assert.deepEqual(queued, { kind: 'timeout', ms: 200 });
+      assert.ok(Date.now() - t < 600);
+      assert.equal((await stuck).kind, 'timeout');
+      assert.equal((await small.evaluate(job('q/1', 'true'), 5000)).kind, 'verdict');
+    } finally {
+      await small.close();
+    }
+  });
+
+  test('a flood of requests to one stuck policy leaves threads for the others', async () => {
+    const flooded = new EvaluationPool({ size: 4, max: 4, perKeyMax: 2, engine });
+    try {
+      while (!flooded.warm()) await new Promise((r) => setTimeout(r, 10));
+      const stuck = Array.from({ length: 6 }, () => flooded.evaluate(job('flood/1', 'spin'), 700));
+      const t = Date.now();
+      const fast = await flooded.evaluate(job('other/1', 'true'), 5000);
+      const took = Date.now() - t;
+      assert.equal(fast.kind, 'verdict');
+      assert.ok(took < 500, `the other policy waited ${took} ms`);
+      assert.ok(flooded.stats().threads <= 4);
+      for (const outcome of await Promise.all(stuck)) assert.equal(outcome.kind, 'timeout');
+    } finally {
+      await flooded.close();
+    }
+  });
+
+  test('a policy that allocates without bound kills its thread, not the process', async () => {
+    const small = new EvaluationPool({ size: 1, max: 2, maxHeapMb: 32, engine });
+    try {
+      const outcome = await small.evaluate(job('hog/1', 'hog'), 20_000);
+      assert.equal(outcome.kind, 'error');
+      assert.match(outcome.kind === 'error' ? outcome.message : '', /evaluation thread died/);
+      assert.equal((await small.evaluate(job('ok/1', 'true'), 5000)).kind, 'verdict');
+    } finally {
+      await small.close();
+    }
+  });
+
+  test('a thread sent more policy generations than it keeps forgets them and is sent them again', async () => {
+    const one = new EvaluationPool({ size: 1, max: 1, engine });
+    try {
+      for (let i = 0; i < 300; i++)
+        assert.equal((await one.evaluate(job(`many/${i}`, 'true'), 5000)).kind, 'verdict');
+      // Another policy under the same key shows that it was sent again (a real key's is fixed).
+      assert.deepEqual(await one.evaluate(job('many/0', 'false', 'first again'), 5000), {
+        kind: 'verdict',
+        uid: 'r1',
+        verdict: { allowed: false, message: 'first again' },
+      });
+    } finally {
+      await one.close();
+    }
+  });
+
+  test('answers a request whose compile fails with an error', async () => {
+    const outcome = await pool.evaluate(job('bad/1', 'bad'), 5000);
+    assert.equal(outcome.kind, 'error');
+  });
+});

@@ -1,0 +1,93 @@
+// The pod projection's layout: a pod says whether its report is absent, valid or invalid, and
+// a valid report's entries are kept per pod, so that a policy run reads one entry per pod.
+// These tests follow one pod through the watcher's writes (put with the version before,
+// remove) and check what the functions read back, and that the writes end where a rebuild
+// from the same objects ends.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { KubeObject } from '../../../api/kube.ts';
+import { compact, projectPod, ProjectionStore } from '../../../projections/store.ts';
+import { aPod, aPolicy, reportOf } from '../../fixtures/builders.ts';
+import { memoryRedis } from '../../fixtures/memory-redis.ts';
+
+const deployment = (server: string) => `policy-server-${server}`;
+const p1 = aPolicy({ name: 'p1' });
+const p2 = aPolicy({ name: 'p2' });
+const onOther = aPolicy({ name: 'p3', spec: { policyServer: 'other' } });
+const policies = [p1, p2, onOther];
+
+const v1 = projectPod(
+  aPod('ps-a', { report: { ...reportOf('p1', 4, 'Loaded'), ...reportOf('p2', 4, 'Loaded') } }),
+);
+const v2 = projectPod(aPod('ps-a', { report: reportOf('p1', 4, 'Failed', { message: 'boom' }) }));
+const v3 = projectPod(aPod('ps-a', { report: '{not json' }));
+const moved = projectPod(aPod('ps-a', { server: 'other', report: reportOf('p3', 4, 'Loaded') }));
+
+async function storeWith(...objects: KubeObject[]): Promise<ProjectionStore> {
+  const store = new ProjectionStore(memoryRedis());
+  await store.replaceAll({ policy: policies.map((p) => compact('policy', p)), pod: objects });
+  return store;
+}
+
+/** What each Policy's functions read about the pods, and the status page's pods per server. */
+async function seen(store: ProjectionStore) {
+  const views = await Promise.all(
+    policies.map((p) => store.policyView(p.metadata.name, deployment)),
+  );
+  return {
+    reports: views.map((v) => [...(v?.reports ?? [])]),
+    pods: views.map((v) => v?.pods.map((p) => p.metadata?.name)),
+    page: await Promise.all(['default', 'other'].map((s) => store.podsOf(s))),
+  };
+}
+
+describe("a pod's report in the projections", () => {
+  test('each Policy reads only its own entry; a Policy the report leaves out reads none', async () => {
+    const { reports } = await seen(await storeWith(v2));
+    assert.deepEqual(reports[0], [
+      [
+        'ps-a',
+        {
+          kind: 'valid',
+          entry: { uid: 'uid-pol', generation: 4, state: 'Failed', message: 'boom' },
+        },
+      ],
+    ]);
+    assert.deepEqual(reports[1], [['ps-a', { kind: 'valid', entry: undefined }]]);
+  });
+
+  test('an invalid report is invalid for every Policy, with its reason, and no entry survives', async () => {
+    const store = await storeWith(v1);
+    await store.put('pod', v3, v1);
+    const { reports, page } = await seen(store);
+    for (const r of reports.slice(0, 2)) {
+      assert.equal(r[0]?.[1].kind, 'invalid');
+      assert.match((r[0]?.[1] as { reason: string }).reason, /not valid JSON/);
+    }
+    assert.equal(page[0]?.[0]?.report.kind, 'invalid');
+  });
+
+  test("the status page reads each pod's whole report back", async () => {
+    const { page } = await seen(await storeWith(v1));
+    assert.deepEqual(page[0]?.[0]?.report, v1.report);
+    assert.equal(page[0]?.[0]?.metadata?.annotations, undefined, 'the annotation is not kept');
+  });
+
+  const histories: [string, (store: ProjectionStore) => Promise<void>, KubeObject[]][] = [
+    ['an entry flipped', (s) => s.put('pod', v2, v1), [v2]],
+    [
+      'an entry dropped, then the report broke',
+      (s) => s.put('pod', v2, v1).then(() => s.put('pod', v3, v2)),
+      [v3],
+    ],
+    ['the pod relabelled for another server', (s) => s.put('pod', moved, v1), [moved]],
+    ['the pod deleted', (s) => s.remove('pod', v1), []],
+    ['the pod deleted after a relabel the store never saw', (s) => s.remove('pod', moved, v1), []],
+  ];
+  for (const [name, history, final] of histories)
+    test(`the watcher's writes end where a rebuild ends: ${name}`, async () => {
+      const store = await storeWith(v1);
+      await history(store);
+      assert.deepEqual(await seen(store), await seen(await storeWith(...final)));
+    });
+});

@@ -1,0 +1,132 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { Cluster, Redis } from 'ioredis';
+import { ProjectionStore } from '../../../projections/store.ts';
+import { WriteRateLimiter } from '../../../queue/rate-limiter.ts';
+import { isReplicated, keyPrefix, keySlot } from '../../../queue/redis-client.ts';
+import { parseRedisUrl, redact, RedisUrlError } from '../../../queue/redis-url.ts';
+
+describe('parseRedisUrl', () => {
+  it('passes redis:// and rediss:// URLs to ioredis as they are', () => {
+    assert.deepEqual(parseRedisUrl('redis://:pw@h:6379/2'), {
+      kind: 'single',
+      url: 'redis://:pw@h:6379/2',
+    });
+    assert.equal(parseRedisUrl('rediss://h:6380').kind, 'single');
+  });
+
+  it('reads Sentinels, the master name, a password and a database', () => {
+    assert.deepEqual(
+      parseRedisUrl('redis+sentinel://:s%40cret@s0:26379,10.0.0.2:26380/mymaster?db=3'),
+      {
+        kind: 'sentinel',
+        sentinels: [
+          { host: 's0', port: 26379 },
+          { host: '10.0.0.2', port: 26380 },
+        ],
+        name: 'mymaster',
+        db: 3,
+        password: 's@cret',
+      },
+    );
+  });
+
+  it('reads a separate Sentinel password', () => {
+    const t = parseRedisUrl('redis+sentinel://s0:26379/m?sentinelPassword=x');
+    assert.equal(t.kind === 'sentinel' && t.sentinelPassword, 'x');
+  });
+
+  it('defaults the port: 26379 for Sentinels, 6379 for Cluster nodes', () => {
+    const sentinel = parseRedisUrl('redis+sentinel://s0,s1:26380/m');
+    assert.deepEqual(sentinel.kind === 'sentinel' && sentinel.sentinels, [
+      { host: 's0', port: 26379 },
+      { host: 's1', port: 26380 },
+    ]);
+    const cluster = parseRedisUrl('redis+cluster://n0');
+    assert.deepEqual(cluster.kind === 'cluster' && cluster.nodes, [{ host: 'n0', port: 6379 }]);
+  });
+
+  it('reads Cluster seeds, IPv6 included', () => {
+    assert.deepEqual(parseRedisUrl('redis+cluster://user:pw@[::1]:7000,n1:7001'), {
+      kind: 'cluster',
+      nodes: [
+        { host: '::1', port: 7000 },
+        { host: 'n1', port: 7001 },
+      ],
+      username: 'user',
+      password: 'pw',
+    });
+  });
+
+  it('refuses what it cannot use, saying which forms exist and hiding the password', () => {
+    for (const bad of [
+      'http://h:6379',
+      'localhost:6379',
+      'redis+sentinel://:pw@s0:26379',
+      'redis+sentinel://:pw@s0:26379/m?db=x',
+      'redis+sentinel://s0:26379/m?dbb=1',
+      'redis+sentinel:///m',
+      'redis+sentinel://s0,,s1/m',
+      'rediss+sentinel://s0:26379/m',
+      'redis+cluster://n0:7000/1',
+      'redis+cluster://n0:99999',
+      'redis+cluster://n0:7000?db=1',
+    ]) {
+      assert.throws(() => parseRedisUrl(bad), RedisUrlError, bad);
+    }
+    assert.throws(() => parseRedisUrl('localhost:6379'), /must start with redis:\/\//);
+    assert.throws(
+      () => parseRedisUrl('redis+sentinel://:topsecret@s0:26379'),
+      (err: Error) => {
+        assert.doesNotMatch(err.message, /topsecret/);
+        assert.match(err.message, /master name/);
+        return true;
+      },
+    );
+    assert.equal(redact('redis+cluster://u:p@n:1'), 'redis+cluster://u:***@n:1');
+    assert.equal(
+      redact('redis+sentinel://s:1/m?sentinelPassword=p&db=1'),
+      'redis+sentinel://s:1/m?sentinelPassword=***&db=1',
+    );
+  });
+});
+
+describe('key names per topology', () => {
+  it('computes Cluster slots as Redis does (CRC16 XMODEM of the hash tag)', () => {
+    assert.equal(keySlot('123456789'), 0x31c3 % 16384);
+    assert.equal(keySlot('{rollcall}:reconcile:wait'), keySlot('{rollcall}:proj:synced'));
+    assert.equal(keySlot('{rollcall}:x'), keySlot('rollcall'));
+    assert.notEqual(keySlot('rollcall:reconcile:wait'), keySlot('rollcall:proj:synced'));
+  });
+
+  it('keeps the plain prefix on one Redis and makes it a hash tag on a Cluster', () => {
+    const single = new Redis({ lazyConnect: true });
+    const sentinel = new Redis({
+      lazyConnect: true,
+      sentinels: [{ host: 'x', port: 1 }],
+      name: 'm',
+    });
+    const cluster = new Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true });
+    assert.equal(keyPrefix(single), 'rollcall');
+    assert.equal(keyPrefix(sentinel, 'test-a'), 'test-a');
+    assert.equal(keyPrefix(cluster), '{rollcall}');
+    assert.equal(keyPrefix(cluster, 'test-a'), '{test-a}');
+    assert.equal(keyPrefix(cluster, '{given}'), '{given}');
+    assert.deepEqual([single, sentinel, cluster].map(isReplicated), [false, true, true]);
+    // On one Redis the keys keep their names; on a Cluster the queue, the projections and the
+    // write bucket share one slot, so every MULTI and script over them is legal there.
+    assert.equal(new WriteRateLimiter(single).opts.key, 'rollcall:ratelimit:kube-writes');
+    assert.equal(new ProjectionStore(single).syncedKey, 'rollcall:proj:synced');
+    const limiter = new WriteRateLimiter(cluster).opts.key;
+    const clusterKeys = [
+      limiter,
+      `${limiter}:paused`,
+      new ProjectionStore(cluster).syncedKey,
+      `${keyPrefix(cluster)}:reconcile:wait`,
+    ];
+    assert.deepEqual(new Set(clusterKeys.map(keySlot)).size, 1, clusterKeys.join(' '));
+    single.disconnect();
+    sentinel.disconnect();
+    cluster.disconnect();
+  });
+});
