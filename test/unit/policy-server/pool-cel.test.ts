@@ -100,7 +100,7 @@ describe('evaluation with the CEL engine', () => {
       { items },
     );
     const started = Date.now();
-    const slow = pool.evaluate(expensive, 500);
+    const slow = pool.evaluate(expensive, 1000);
     const fast: number[] = [];
     for (let i = 0; i < 10; i++) {
       const t = performance.now();
@@ -112,11 +112,11 @@ describe('evaluation with the CEL engine', () => {
       fast.push(performance.now() - t);
       await new Promise((r) => setTimeout(r, 20));
     }
-    assert.deepEqual(await slow, { kind: 'timeout', ms: 500 });
+    assert.deepEqual(await slow, { kind: 'timeout', ms: 1000 });
     const took = Date.now() - started;
-    assert.ok(took >= 490 && took < 1500, `cut off after ${took} ms`);
+    assert.ok(took >= 990 && took < 3000, `cut off after ${took} ms`);
     assert.ok(
-      Math.max(...fast) < 400,
+      Math.max(...fast) < 800,
       `the cheap policy took ${fast.map((f) => f.toFixed(1)).join(', ')} ms`,
     );
   });

@@ -48,7 +48,7 @@ describe('the evaluation pool', () => {
 
   test('cuts a stuck evaluation off at its deadline while other policies answer fast', async () => {
     const started = Date.now();
-    const stuck = pool.evaluate(job('stuck/1', 'spin'), 400);
+    const stuck = pool.evaluate(job('stuck/1', 'spin'), 1000);
     const fast: number[] = [];
     for (let i = 0; i < 5; i++) {
       const t = Date.now();
@@ -58,10 +58,11 @@ describe('the evaluation pool', () => {
     }
     const outcome = await stuck;
     const took = Date.now() - started;
-    assert.deepEqual(outcome, { kind: 'timeout', ms: 400 });
-    assert.ok(took >= 390 && took < 1500, `the stuck request answered after ${took} ms`);
-    // The fast ones did not wait for the stuck one (a warm spare took them).
-    assert.ok(Math.max(...fast) < 350, `fast answers took ${fast.join(', ')} ms`);
+    assert.deepEqual(outcome, { kind: 'timeout', ms: 1000 });
+    assert.ok(took >= 990 && took < 3000, `the stuck request answered after ${took} ms`);
+    // The fast ones did not wait for the stuck one (a warm spare took them). Bounds are wide
+    // because CI runs this beside a cluster on two cores.
+    assert.ok(Math.max(...fast) < 800, `fast answers took ${fast.join(', ')} ms`);
     // The terminated thread was replaced: the pool still answers.
     assert.equal((await pool.evaluate(job('fast/1', 'true'), 5000)).kind, 'verdict');
   });
@@ -69,11 +70,13 @@ describe('the evaluation pool', () => {
   test('answers within the deadline even when every thread is stuck', async () => {
     const small = new EvaluationPool({ size: 1, max: 1, engine });
     try {
-      const stuck = small.evaluate(job('s/1', 'spin'), 300);
+      const stuck = small.evaluate(job('s/1', 'spin'), 3000);
       const t = Date.now();
       const queued = await small.evaluate(job('q/1', 'true'), 200);
       assert.deepEqual(queued, { kind: 'timeout', ms: 200 });
-      assert.ok(Date.now() - t < 600);
+      // At its own deadline, not when the stuck one's thread is freed at 3 s.
+      const waited = Date.now() - t;
+      assert.ok(waited < 1500, `the queued request answered after ${waited} ms`);
       assert.equal((await stuck).kind, 'timeout');
       assert.equal((await small.evaluate(job('q/1', 'true'), 5000)).kind, 'verdict');
     } finally {
@@ -85,12 +88,12 @@ describe('the evaluation pool', () => {
     const flooded = new EvaluationPool({ size: 4, max: 4, perKeyMax: 2, engine });
     try {
       while (!flooded.warm()) await new Promise((r) => setTimeout(r, 10));
-      const stuck = Array.from({ length: 6 }, () => flooded.evaluate(job('flood/1', 'spin'), 700));
+      const stuck = Array.from({ length: 6 }, () => flooded.evaluate(job('flood/1', 'spin'), 2500));
       const t = Date.now();
       const fast = await flooded.evaluate(job('other/1', 'true'), 5000);
       const took = Date.now() - t;
       assert.equal(fast.kind, 'verdict');
-      assert.ok(took < 500, `the other policy waited ${took} ms`);
+      assert.ok(took < 1500, `the other policy waited ${took} ms`);
       assert.ok(flooded.stats().threads <= 4);
       for (const outcome of await Promise.all(stuck)) assert.equal(outcome.kind, 'timeout');
     } finally {

@@ -33,7 +33,7 @@ describe('policy code from spec.source', () => {
         return res.end('#'.repeat(600_000));
       }
       if (req.url === '/slow') {
-        setTimeout(() => res.end(good), 300);
+        setTimeout(() => res.end(good), 1500);
         return;
       }
       res.writeHead(404, 'Not Found').end('no');
@@ -84,7 +84,7 @@ describe('policy code from spec.source', () => {
         message: `spec.source: GET ${base}/slow did not finish within 100 ms`,
       },
     );
-    assert.ok(Date.now() - started < 280, 'gave up at the timeout, not when the server answered');
+    assert.ok(Date.now() - started < 1000, 'gave up at the timeout, not when the server answered');
   });
 
   test('a slow download within the timeout loads', async () => {
