@@ -3,7 +3,7 @@
 // 127.0.0.1 on free ports, persists nothing and logs into its group's directory.
 
 import { spawn } from 'node:child_process';
-import { closeSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
@@ -31,6 +31,16 @@ export interface RedisGroupOptions {
   /** Where each process gets its working directory and `<name>.log`. */
   dir: string;
   log?: (line: string) => void;
+}
+
+/**
+ * A process's working directory, emptied: a Cluster node's nodes.conf left by an earlier run
+ * (same test directory) would bring back its old slots and peers ("Slot 0 is already busy").
+ */
+function emptyDir(dir: string): string {
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  return dir;
 }
 
 /** Spawns a long-lived Redis process logging to `<dir>/<name>.log` and waits for its PONG. */
@@ -144,8 +154,7 @@ export async function startSentinelGroup(opts: SentinelGroupOptions): Promise<Se
   const [server, sentinel] = [await ensureRedisServer(log), await ensureRedisSentinel(log)];
   const servers = await startAll(3, async (i, started) => {
     const port = await freePort();
-    const dir = join(opts.dir, `redis-${i}`);
-    mkdirSync(dir, { recursive: true });
+    const dir = emptyDir(join(opts.dir, `redis-${i}`));
     // Every server can become the primary: all have the replication user.
     const args = [...redisServerArgs(port, dir), ...replicationUser, ...replication];
     const primary = started[0]?.port;
@@ -157,8 +166,7 @@ export async function startSentinelGroup(opts: SentinelGroupOptions): Promise<Se
     3,
     async (i) => {
       const port = await freePort();
-      const dir = join(opts.dir, `sentinel-${i}`);
-      mkdirSync(dir, { recursive: true });
+      const dir = emptyDir(join(opts.dir, `sentinel-${i}`));
       // A Sentinel rewrites its config file as it learns the group: each has its own.
       const config = join(dir, 'sentinel.conf');
       writeFileSync(
@@ -265,8 +273,7 @@ export async function startRedisCluster(
     // The bus port defaults to port + 10000, which may be taken or past 65535: pick one.
     const busPort = await freePort();
     busPorts.push(busPort);
-    const dir = join(opts.dir, `cluster-${i}`);
-    mkdirSync(dir, { recursive: true });
+    const dir = emptyDir(join(opts.dir, `cluster-${i}`));
     const args = [
       ...redisServerArgs(port, dir),
       ...['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf')],
