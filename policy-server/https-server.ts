@@ -39,6 +39,11 @@ export async function startHttpsServer(options: HttpsServerOptions): Promise<Pol
   // A client that never finishes its request must not hold a socket forever.
   server.requestTimeout = 35_000;
   server.headersTimeout = 10_000;
+  // The apiserver keeps up to 25 idle connections per webhook for 90 s (client-go's transport).
+  // Node's default closes them after 5 s, so each burst dialled again (CONNECT + TLS handshake
+  // each: the tail's cause, bench/RESULTS.md) and a POST sent on a connection closing under it
+  // fails. Outlive the client instead.
+  server.keepAliveTimeout = 120_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.address, () => {

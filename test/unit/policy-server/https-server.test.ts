@@ -11,6 +11,7 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
+import { Agent } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -19,7 +20,7 @@ import { ensurePki, issueCertificate } from '../../../cluster/pki.ts';
 import { startHttpsServer, type PolicyHttpsServer } from '../../../policy-server/https-server.ts';
 import { PolicyServerMetrics } from '../../../policy-server/metrics.ts';
 import { TlsReloader } from '../../../policy-server/tls.ts';
-import { callLocal } from '../../support/https.ts';
+import { callLocal, httpsRequest } from '../../support/https.ts';
 
 /** What the fake admission core serves: one loaded policy, whatever the path names. */
 const loadedTarget = () => ({
@@ -133,6 +134,24 @@ describe('the HTTPS server', () => {
   test('a wrong path or method says what it expects', async () => {
     assert.equal((await callLocal(server.port, ca, 'POST', '/validate/p', '{}')).status, 404);
     assert.equal((await callLocal(server.port, ca, 'GET', '/validate/p/1')).status, 405);
+  });
+
+  test('keeps an idle connection past Node’s 5 s default, as the apiserver keeps its own for 90 s', async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    let connections = 0;
+    const count = () => connections++;
+    server.server.on('secureConnection', count);
+    try {
+      const get = () =>
+        httpsRequest({ host: '127.0.0.1', port: server.port, ca, path: '/healthz', agent });
+      await get();
+      await new Promise((r) => setTimeout(r, 7_000)); // past the default and its grace
+      await get();
+      assert.equal(connections, 1, 'the second request reused the idle connection');
+    } finally {
+      server.server.off('secureConnection', count);
+      agent.destroy();
+    }
   });
 
   test('on close, a request in flight still gets its answer', async () => {
