@@ -60,9 +60,12 @@ export class QueueMetrics {
         help: 'Jobs in the queue by state',
         labelNames: ['state'],
         registers,
+        // A scrape while Redis is away (a failover, a restart) leaves the depth out instead of
+        // failing the whole scrape: the failover metrics matter most right then.
         async collect() {
-          const counts = await depth();
-          for (const state of jobStates) this.set({ state }, counts[state]);
+          this.reset();
+          const counts = await depth().catch(() => undefined);
+          if (counts) for (const state of jobStates) this.set({ state }, counts[state]);
         },
       });
     }

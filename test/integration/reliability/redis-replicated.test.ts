@@ -102,6 +102,9 @@ describe('rollcall on Redis Sentinel', () => {
         `kill → Sentinels named a new primary: ${failoverMs} ms; kill → first status of a change made after it: ${statusMs} ms (Sentinel down-after 2 s, seed ${s.seed})`,
       );
 
+      // A Sentinel that finishes the failover late publishes +switch-master again, and ioredis
+      // reconnects once more (seen in CI ~1 s after the others): readiness may blip meanwhile.
+      await waitFor(async () => (await readyz()).status === 200, 10_000, 'rollcall to be ready');
       const failovers = await metric(port, 'rollcall_redis_failovers_total');
       const newPrimary = `127.0.0.1:${await group.primaryPort()}`;
       const ready = await readyz();
