@@ -73,6 +73,7 @@ import {
 import { repoRoot } from './paths.ts';
 import { ensurePki, tokenFor } from './pki.ts';
 import { freePort } from './ports.ts';
+import { kubeConfigTarget } from '../kube/api.ts';
 
 export interface NodeAgentOptions {
   /** The cluster directory: pods/, logs/pods/ and node-agent.json go here. */
@@ -154,7 +155,7 @@ export class NodeAgent {
     const schedule = (obj: KubernetesObject) =>
       this.#schedule(`${obj.metadata?.namespace}/${obj.metadata?.name}`);
     this.#pods = new Reflector({
-      kc: this.#kc,
+      api: kubeConfigTarget(this.#kc),
       path: '/api/v1/pods',
       fieldSelector: `spec.nodeName=${this.#o.nodeName}`,
       logger,
@@ -162,7 +163,11 @@ export class NodeAgent {
       onUpdate: (_old, obj) => schedule(obj),
       onDelete: schedule,
     });
-    this.#services = new Reflector({ kc: this.#kc, path: '/api/v1/services', logger });
+    this.#services = new Reflector({
+      api: kubeConfigTarget(this.#kc),
+      path: '/api/v1/services',
+      logger,
+    });
     this.#server = createServer((_req, res) => {
       res.writeHead(405, { 'content-type': 'text/plain' });
       res.end('the local node agent is an HTTP CONNECT proxy\n');
@@ -539,7 +544,7 @@ export class NodeAgent {
     if (reflector) return reflector;
     const changed = (obj: KubernetesObject) => this.#secretChanged(namespace, obj.metadata?.name);
     reflector = new Reflector({
-      kc: this.#kc,
+      api: kubeConfigTarget(this.#kc),
       path: `/api/v1/namespaces/${namespace}/secrets`,
       logger: reflectorLogger(this.#o.log),
       onAdd: changed,

@@ -1,6 +1,6 @@
 // What an error from the Kubernetes API says, whichever client raised it. client-node's
 // generated clients throw ApiException { code, headers }, its Watch and rollcall's own
-// getJson (watcher/kube-http.ts) carry `statusCode`; both are read structurally, so tests
+// getJson (kube/api.ts) carry `statusCode`; both are read structurally, so tests
 // and other HTTP clients can produce the same shapes.
 
 /**

@@ -8,6 +8,7 @@ import type { KubeConfig, KubernetesObject } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { statusCodeOf } from '../kube/errors.ts';
 import { Reflector } from '../watcher/reflector.ts';
+import { kubeConfigTarget } from '../kube/api.ts';
 
 export class NamespaceCache {
   readonly #reflector: Reflector<KubernetesObject>;
@@ -16,7 +17,7 @@ export class NamespaceCache {
 
   constructor({ kc, logger }: { kc: KubeConfig; logger: Logger }) {
     this.#reflector = new Reflector<KubernetesObject>({
-      kc,
+      api: kubeConfigTarget(kc),
       path: '/api/v1/namespaces',
       onSynced: () => {
         this.#forbidden = undefined;

@@ -26,6 +26,7 @@ import {
 } from './lifecycle.ts';
 import { loadNeed, type LoadDeps } from './load.ts';
 import type { PolicyServerMetrics } from './metrics.ts';
+import { kubeConfigTarget } from '../kube/api.ts';
 
 export interface ReplicaOptions {
   kc: KubeConfig;
@@ -84,7 +85,7 @@ export class Replica {
   ): Reflector<KubernetesObject> {
     const changed = () => this.#schedule();
     return new Reflector<KubernetesObject>({
-      kc: this.#options.kc,
+      api: kubeConfigTarget(this.#options.kc),
       ...what,
       onAdd: changed,
       onUpdate: changed,

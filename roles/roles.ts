@@ -5,8 +5,8 @@ import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client
 import { functions } from '../functions/index.ts';
 import { certificateExpiryGauge } from '../functions/policyserver-metrics.ts';
 import { errorText } from '../kube/errors.ts';
-import { KubeWriter } from '../functions/kube-writer.ts';
 import type { FunctionContext } from '../functions/types.ts';
+import { loadApiTarget } from '../kube/api.ts';
 import { ProjectionStore } from '../projections/store.ts';
 import {
   createRedis,
@@ -22,8 +22,6 @@ import { startHttpServer, type HttpServer, type Readiness } from '../server/http
 import { mountUis } from '../server/ui.ts';
 import { Watcher } from '../watcher/watcher.ts';
 import type { Config } from './config.ts';
-import { installCrds } from './install-crds.ts';
-import { loadKubeConfig } from './kube-config.ts';
 import { createLogger } from './logger.ts';
 
 export type Role = 'watcher' | 'worker';
@@ -113,8 +111,20 @@ export async function startRoles(
   config: Config,
   logger = createLogger(config.logLevel),
 ): Promise<Running> {
-  const kc = loadKubeConfig(config.kubeconfig);
-  if (config.installCrds) await installCrds(kc, logger);
+  // client-node (its generated API and undici, ~30 MiB resident) is loaded only by the roles
+  // that write through it: a watcher reads with kube/api.ts alone.
+  const clientNode = async () => {
+    const [{ loadKubeConfig }, { KubeWriter }, { installCrds }] = await Promise.all([
+      import('./kube-config.ts'),
+      import('../functions/kube-writer.ts'),
+      import('./install-crds.ts'),
+    ]);
+    return { kc: loadKubeConfig(config.kubeconfig), KubeWriter, installCrds };
+  };
+  if (config.installCrds) {
+    const { kc, installCrds } = await clientNode();
+    await installCrds(kc, logger);
+  }
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
 
@@ -138,7 +148,7 @@ export async function startRoles(
   let watcher: Watcher | undefined;
   if (roles.includes('watcher')) {
     watcher = new Watcher({
-      kc,
+      api: await loadApiTarget(config.kubeconfig),
       queue,
       functions,
       namespace: config.namespace,
@@ -152,6 +162,7 @@ export async function startRoles(
   let worker: RunningWorker | undefined;
   let store: ProjectionStore | undefined;
   if (roles.includes('worker')) {
+    const { kc, KubeWriter } = await clientNode();
     const storeRedis = createRedis(config.redisUrl, 'worker');
     storeRedis.on('error', (err) => logger.warn({ err: err.message }, 'redis (projections) error'));
     const projections = new ProjectionStore(storeRedis);

@@ -15,6 +15,7 @@ import { isTerminating } from '../api/kube.ts';
 import { readReplicaReport } from '../api/report.ts';
 import { Reflector } from '../watcher/reflector.ts';
 import { reportEntry, type ReportEntry } from './behaviour.ts';
+import { kubeConfigTarget } from '../kube/api.ts';
 
 export interface SimOptions {
   kc: KubeConfig;
@@ -82,7 +83,7 @@ export class Simulator {
     this.core = options.kc.makeApiClient(CoreV1Api);
     const sync = () => this.schedule();
     this.pods = new Reflector<V1Pod>({
-      kc: options.kc,
+      api: kubeConfigTarget(options.kc),
       path: `/api/v1/namespaces/${options.namespace}/pods`,
       labelSelector: POLICY_SERVER_LABEL,
       onAdd: sync,
@@ -91,7 +92,7 @@ export class Simulator {
       logger: options.logger,
     });
     this.policies = new Reflector<SimPolicyObject>({
-      kc: options.kc,
+      api: kubeConfigTarget(options.kc),
       path: '/apis/rollcall.dev/v1alpha1/policies',
       onAdd: sync,
       onUpdate: sync,

@@ -1,16 +1,33 @@
 // Leader election on a coordination.k8s.io/v1 Lease, so that only one watcher replica works
 // while the others stand by.
 import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  CoordinationV1Api,
-  V1MicroTime,
-  type KubeConfig,
-  type V1Lease,
-} from '@kubernetes/client-node';
+import { z } from 'zod';
+import { requestJson, type ApiTarget } from '../kube/api.ts';
 import { errorText, statusCodeOf } from '../kube/errors.ts';
 
+/** The fields of a coordination.k8s.io/v1 Lease that leader election reads (times are RFC 3339). */
+const leaseSchema = z.looseObject({
+  metadata: z.looseObject({ resourceVersion: z.string().optional() }).optional(),
+  spec: z
+    .looseObject({
+      holderIdentity: z.string().optional(),
+      leaseDurationSeconds: z.number().optional(),
+      acquireTime: z.string().optional(),
+      renewTime: z.string().optional(),
+      leaseTransitions: z.number().optional(),
+    })
+    .optional(),
+});
+export type Lease = z.infer<typeof leaseSchema>;
+
+/** A MicroTime as the apiserver parses it: RFC 3339 with six fractional digits. */
+export function microTime(date: Date): string {
+  return date.toISOString().replace(/Z$/, '000Z');
+}
+
 export interface LeaderElectorOptions {
-  kc: KubeConfig;
+  /** The apiserver (kube/api.ts). */
+  api: ApiTarget;
   /** Namespace of the Lease. */
   namespace: string;
   /** Name of the Lease; every candidate for the same role uses the same one. */
@@ -47,11 +64,10 @@ export interface LeaderElectorOptions {
  */
 export class LeaderElector {
   readonly #options: LeaderElectorOptions;
-  readonly #api: CoordinationV1Api;
   #leading: AbortController | undefined;
   #deadline: NodeJS.Timeout | undefined;
   /** The Lease as last written by us while leading, for renewing and releasing it. */
-  #lease: V1Lease | undefined;
+  #lease: Lease | undefined;
   #stop: AbortController | undefined;
   #running: Promise<void> | undefined;
   /** Why the last acquire/renew got no answer about the Lease; undefined once one did. */
@@ -59,7 +75,6 @@ export class LeaderElector {
 
   constructor(options: LeaderElectorOptions) {
     this.#options = options;
-    this.#api = options.kc.makeApiClient(CoordinationV1Api);
   }
 
   /** Starts competing for the lease; a no-op when running. */
@@ -127,21 +142,21 @@ export class LeaderElector {
 
   async #acquireOrRenew(): Promise<void> {
     const { namespace, name, identity, leaseDurationSeconds = 15 } = this.#options;
-    const now = new V1MicroTime();
+    const nowMs = Date.now();
+    const now = microTime(new Date(nowMs));
     const current = await this.#read();
     if (!current) {
       this.#won(
-        await this.#api.createNamespacedLease({
-          namespace,
-          body: {
-            metadata: { name, namespace },
-            spec: {
-              holderIdentity: identity,
-              leaseDurationSeconds,
-              acquireTime: now,
-              renewTime: now,
-              leaseTransitions: 0,
-            },
+        await this.#write('POST', this.#collection(), {
+          apiVersion: 'coordination.k8s.io/v1',
+          kind: 'Lease',
+          metadata: { name, namespace },
+          spec: {
+            holderIdentity: identity,
+            leaseDurationSeconds,
+            acquireTime: now,
+            renewTime: now,
+            leaseTransitions: 0,
           },
         }),
       );
@@ -149,11 +164,11 @@ export class LeaderElector {
     }
     const spec = current.spec ?? {};
     const ours = spec.holderIdentity === identity;
-    if (!ours && !leaseIsFree(current, now.getTime())) {
+    if (!ours && !leaseIsFree(current, nowMs)) {
       if (this.#leading) await this.#stepDown(); // someone else holds it: we lost it long ago
       return;
     }
-    const renewed: V1Lease = {
+    const renewed: Lease = {
       ...current,
       spec: ours
         ? { ...spec, renewTime: now, leaseDurationSeconds }
@@ -166,23 +181,32 @@ export class LeaderElector {
           },
     };
     // replace carries current.metadata.resourceVersion: if anyone wrote since our read, 409.
-    this.#won(await this.#api.replaceNamespacedLease({ namespace, name, body: renewed }));
+    this.#won(await this.#write('PUT', this.#path(), renewed));
   }
 
-  async #read(): Promise<V1Lease | undefined> {
+  async #read(): Promise<Lease | undefined> {
     try {
-      return await this.#api.readNamespacedLease({
-        namespace: this.#options.namespace,
-        name: this.#options.name,
-      });
+      return leaseSchema.parse(await requestJson(this.#options.api, 'GET', this.#path()));
     } catch (err) {
       if (statusCodeOf(err) === 404) return undefined;
       throw err;
     }
   }
 
+  #collection(): string {
+    return `/apis/coordination.k8s.io/v1/namespaces/${this.#options.namespace}/leases`;
+  }
+
+  #path(): string {
+    return `${this.#collection()}/${this.#options.name}`;
+  }
+
+  async #write(method: 'POST' | 'PUT', path: string, lease: Lease): Promise<Lease> {
+    return leaseSchema.parse(await requestJson(this.#options.api, method, path, { body: lease }));
+  }
+
   /** Records a successful acquire or renew and (re)arms the renew deadline. */
-  #won(lease: V1Lease): void {
+  #won(lease: Lease): void {
     const { leaseDurationSeconds = 15, renewDeadlineMs = (leaseDurationSeconds * 1000 * 2) / 3 } =
       this.#options;
     this.#lease = lease;
@@ -225,17 +249,13 @@ export class LeaderElector {
     if (!lease) return;
     const { namespace, name } = this.#options;
     try {
-      await this.#api.replaceNamespacedLease({
-        namespace,
-        name,
-        body: {
-          ...lease,
-          spec: {
-            ...lease.spec,
-            holderIdentity: undefined,
-            acquireTime: undefined,
-            renewTime: undefined,
-          },
+      await this.#write('PUT', this.#path(), {
+        ...lease,
+        spec: {
+          ...lease.spec,
+          holderIdentity: undefined,
+          acquireTime: undefined,
+          renewTime: undefined,
         },
       });
     } catch (err) {
@@ -248,7 +268,7 @@ export class LeaderElector {
 }
 
 /** True when the lease has no holder or its holder's last renewal is older than its duration. */
-export function leaseIsFree(lease: V1Lease, nowMs: number): boolean {
+export function leaseIsFree(lease: Lease, nowMs: number): boolean {
   const { holderIdentity, renewTime, leaseDurationSeconds } = lease.spec ?? {};
   if (!holderIdentity || !renewTime) return true;
   return new Date(renewTime).getTime() + (leaseDurationSeconds ?? 0) * 1000 < nowMs;

@@ -1,11 +1,11 @@
 // A list+watch cache for one resource type that never gives up: the replacement for
 // @kubernetes/client-node's informer (see DESIGN.md, "Known pitfalls").
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Watch, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
+import type { KubernetesObject } from '@kubernetes/client-node';
 import { z } from 'zod';
 import { statusCodeOf } from '../kube/errors.ts';
 import { backoffDelay, spread, type BackoffOptions } from '../queue/backoff.ts';
-import { asStatus, getJson, type KubeStatus } from './kube-http.ts';
+import { asStatus, getJson, watchJson, type ApiTarget, type KubeStatus } from '../kube/api.ts';
 
 /** The event types a watch stream carries. */
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
@@ -68,7 +68,8 @@ export interface ReflectorHandlers<T extends KubernetesObject> {
 }
 
 export interface ReflectorOptions<T extends KubernetesObject> extends ReflectorHandlers<T> {
-  kc: KubeConfig;
+  /** The apiserver (kube/api.ts). */
+  api: ApiTarget;
   /** The list URL path, e.g. `/api/v1/namespaces/default/configmaps` or `/apis/apps/v1/deployments`. */
   path: string;
   labelSelector?: string;
@@ -140,10 +141,9 @@ export function isGone(status: KubeStatus | undefined): boolean {
   return status?.code === 410 || status?.reason === 'Expired' || status?.reason === 'Gone';
 }
 
-/** Classifies the error client-node's Watch passes to `done` (null on a normal end). */
+/** Classifies how a watch request ended: normally (nothing), or with this error. */
 export function classifyWatchEnd(err: unknown): WatchEndReason {
   if (err === null || err === undefined) return 'closed';
-  if (err instanceof Error && err.name === 'TimeoutError') return 'stale'; // client-node's inactivity limit
   return statusCodeOf(err) === 410 ? 'gone' : 'error';
 }
 
@@ -191,7 +191,7 @@ interface WatchOutcome {
  *
  * ```ts
  * const pods = new Reflector<V1Pod>({
- *   kc, path: '/api/v1/namespaces/rollcall-system/pods', labelSelector: 'rollcall.dev/policy-server',
+ *   api, path: '/api/v1/namespaces/rollcall-system/pods', labelSelector: 'rollcall.dev/policy-server',
  *   onAdd: (pod) => enqueue(pod), onUpdate: (_, pod) => enqueue(pod), onDelete: (pod) => enqueue(pod),
  *   onSynced: (all) => reconcileProjection(all), onResync: (all) => all.forEach(enqueue),
  *   metrics: reflectorMetrics(registry, 'pods'),
@@ -321,14 +321,14 @@ export class Reflector<T extends KubernetesObject> {
 
   /** Lists every page, reconciles the store with it and delivers the difference. */
   async #relist(signal: AbortSignal): Promise<void> {
-    const { kc, path, labelSelector, fieldSelector, pageSize = 500 } = this.#options;
+    const { api, path, labelSelector, fieldSelector, pageSize = 500 } = this.#options;
     const items: T[] = [];
     let resourceVersion = '';
     let continueToken: string | undefined;
     do {
       const page = listSchema.parse(
         await getJson(
-          kc,
+          api,
           path,
           { labelSelector, fieldSelector, limit: pageSize, continue: continueToken },
           signal,
@@ -363,7 +363,7 @@ export class Reflector<T extends KubernetesObject> {
    */
   async #watch(signal: AbortSignal): Promise<WatchOutcome> {
     const {
-      kc,
+      api,
       path,
       labelSelector,
       fieldSelector,
@@ -424,20 +424,16 @@ export class Reflector<T extends KubernetesObject> {
       this.#apply(type, this.#options.transform ? this.#options.transform(item) : item);
     };
 
-    let controller: AbortController | undefined;
-    try {
-      if (!ended)
-        controller = await watchWithoutInactivityLimit(kc, staleAfterMs).watch(
-          path,
-          query,
-          onEvent,
+    const connection = new AbortController();
+    const watching = ended
+      ? Promise.resolve()
+      : watchJson(api, path, query, onEvent, connection.signal).then(
+          () => end({ reason: 'closed' }),
           (err: unknown) => end(errOutcome(err)),
         );
-    } catch (err) {
-      end({ reason: 'error', error: err }); // e.g. credentials could not be applied
-    }
     const outcome = await endedPromise;
-    controller?.abort();
+    connection.abort();
+    await watching;
     clearTimeout(staleTimer);
     signal.removeEventListener('abort', onStop);
     return { ...outcome, sawData, openMs: Date.now() - openedAt };
@@ -468,22 +464,6 @@ export class Reflector<T extends KubernetesObject> {
     });
   }
 }
-
-/**
- * client-node's Watch aborts after 30 s without data, but the apiserver sends bookmarks to
- * a quiet watch only about once a minute, so every quiet watch would be torn down and
- * reopened every 30 s. Its limit is a private field; when it exists, it is moved behind
- * our own stale detection (which then decides), else the 30 s limit stays and counts as `stale`.
- */
-export function watchWithoutInactivityLimit(kc: KubeConfig, staleAfterMs: number): Watch {
-  const watch = new Watch(kc);
-  if (typeof Reflect.get(watch, watchInactivityField) === 'number')
-    Reflect.set(watch, watchInactivityField, staleAfterMs + 5_000);
-  return watch;
-}
-
-/** client-node's private Watch field for its inactivity limit (pinned by a unit test). */
-export const watchInactivityField = 'requestTimeoutMs';
 
 function errOutcome(err: unknown): Pick<WatchOutcome, 'reason' | 'error'> {
   const reason = classifyWatchEnd(err);

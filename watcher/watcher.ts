@@ -1,7 +1,8 @@
 // The watcher: while it holds the leader Lease, reflectors watch the objects rollcall cares
 // about; each change updates its compact projection in Redis, then enqueues the keys the
 // functions want for it. It never reconciles anything itself.
-import type { KubeConfig, KubernetesObject } from '@kubernetes/client-node';
+import type { KubernetesObject } from '@kubernetes/client-node';
+import type { ApiTarget } from '../kube/api.ts';
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { MANAGED_BY, MANAGED_BY_LABEL, POLICY_SERVER_LABEL } from '../api/constants.ts';
@@ -27,7 +28,8 @@ import { reflectorMetrics } from './metrics.ts';
 import { objectKey, Reflector } from './reflector.ts';
 
 export interface WatcherOptions {
-  kc: KubeConfig;
+  /** The apiserver (kube/api.ts). */
+  api: ApiTarget;
   /**
    * Where the keys go. The projections are written on its connection too: Redis runs the
    * commands of one connection in order, so an event's projection is written before its keys
@@ -123,7 +125,7 @@ export class Watcher {
           );
       });
     this.elector = new LeaderElector({
-      kc: options.kc,
+      api: options.api,
       namespace: options.namespace,
       name: options.leaseName ?? 'rollcall-watcher',
       identity: options.identity,
@@ -237,7 +239,7 @@ export class Watcher {
     logger.info('leading: starting informers');
     for (const w of this.watched()) {
       const reflector: Reflector<KubernetesObject> = new Reflector<KubernetesObject>({
-        kc: this.options.kc,
+        api: this.options.api,
         path: w.path,
         labelSelector: w.labelSelector,
         // The informers keep each object as its compact projection, as controller-runtime's

@@ -13,7 +13,7 @@ import {
 import { after } from 'node:test';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../api/constants.ts';
 import { installCrds } from '../../roles/install-crds.ts';
-import { getJson } from '../../watcher/kube-http.ts';
+import { getJson, kubeConfigTarget } from '../../kube/api.ts';
 import { testKubeConfig, watchUntil } from './kube.ts';
 import { createRule, policyManifest, policyServerManifest, SIM_IMAGE } from './manifests.ts';
 import {
@@ -318,7 +318,9 @@ class Mirror<T extends KubernetesObject> {
   async start(): Promise<void> {
     while (!this.stopped) {
       try {
-        const list = (await getJson(this.kc, this.path, { labelSelector: this.labelSelector })) as {
+        const list = (await getJson(kubeConfigTarget(this.kc), this.path, {
+          labelSelector: this.labelSelector,
+        })) as {
           metadata: { resourceVersion: string };
           items: T[];
         };

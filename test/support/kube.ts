@@ -1,7 +1,7 @@
 // Shared helpers for integration tests that talk to the real local cluster started by test/run.ts.
 import { KubeConfig, Watch, type KubernetesObject } from '@kubernetes/client-node';
 import { readState, type ClusterState } from '../../cluster/cluster.ts';
-import { getJson } from '../../watcher/kube-http.ts';
+import { getJson, kubeConfigTarget } from '../../kube/api.ts';
 
 /** The running test cluster; fails with a clear message when tests were not started by `npm test`. */
 export function testCluster(): ClusterState {
@@ -98,7 +98,9 @@ export async function waitGone(
   name: string,
   timeoutMs = 60_000,
 ): Promise<void> {
-  const list = (await getJson(kc, path, { fieldSelector: `metadata.name=${name}` })) as {
+  const list = (await getJson(kubeConfigTarget(kc), path, {
+    fieldSelector: `metadata.name=${name}`,
+  })) as {
     metadata: { resourceVersion: string };
     items: unknown[];
   };

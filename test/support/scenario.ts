@@ -14,7 +14,7 @@ import { CoreV1Api, type KubeConfig, type KubernetesObject } from '@kubernetes/c
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../api/constants.ts';
 import type { Condition, Policy } from '../../api/v1alpha1.ts';
 import { readReplicaReport, type ReplicaReport } from '../../api/report.ts';
-import { getJson } from '../../watcher/kube-http.ts';
+import { getJson, kubeConfigTarget } from '../../kube/api.ts';
 import { httpsRequest, type HttpsAnswer } from './https.ts';
 import { testCluster, watchUntil } from './kube.ts';
 
@@ -69,7 +69,9 @@ export const isCurrent = (p: PolicyObject) =>
 
 /** The resourceVersion of a list now: a watch from it sees every later change, none before. */
 export async function listVersion(kc: KubeConfig, path: string): Promise<string> {
-  const list = (await getJson(kc, path, { limit: 1 })) as { metadata: { resourceVersion: string } };
+  const list = (await getJson(kubeConfigTarget(kc), path, { limit: 1 })) as {
+    metadata: { resourceVersion: string };
+  };
   return list.metadata.resourceVersion;
 }
 

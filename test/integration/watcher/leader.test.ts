@@ -7,6 +7,7 @@ import { LeaderElector } from '../../../watcher/leader.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import { eventually } from '../../support/poll.ts';
 import { TcpProxy } from './tcp-proxy.ts';
+import { kubeConfigTarget } from '../../../kube/api.ts';
 
 const kc = testKubeConfig();
 const core = kc.makeApiClient(CoreV1Api);
@@ -18,7 +19,7 @@ const electors: LeaderElector[] = [];
 function candidate(identity: string, leaseName: string, config: KubeConfig = kc) {
   const record = { identity, startedAt: 0, stoppedAt: 0 };
   const elector = new LeaderElector({
-    kc: config,
+    api: kubeConfigTarget(config),
     namespace,
     name: leaseName,
     identity,

@@ -12,6 +12,7 @@ import { Reflector, objectKey, type ReflectorOptions } from '../../../watcher/re
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import { eventually } from '../../support/poll.ts';
 import { TcpProxy } from './tcp-proxy.ts';
+import { kubeConfigTarget } from '../../../kube/api.ts';
 
 const kc = testKubeConfig();
 const core = kc.makeApiClient(CoreV1Api);
@@ -25,7 +26,7 @@ function recorded(options: Partial<ReflectorOptions<V1ConfigMap>> = {}) {
   const events: string[] = [];
   const metrics: string[] = [];
   const reflector = new Reflector<V1ConfigMap>({
-    kc,
+    api: kubeConfigTarget(kc),
     path,
     labelSelector,
     backoff: { baseMs: 50, capMs: 500 },
@@ -218,7 +219,7 @@ describe('Reflector on the real cluster', () => {
 
   test('survives cut connections: retries with backoff while the apiserver is unreachable, then catches up', async () => {
     const { proxy, kc: proxied } = await TcpProxy.inFrontOf(kc);
-    const { reflector, events, metrics } = recorded({ kc: proxied });
+    const { reflector, events, metrics } = recorded({ api: kubeConfigTarget(proxied) });
     reflector.start();
     try {
       await eventually('the first sync', () => reflector.hasSynced());
@@ -250,7 +251,7 @@ describe('Reflector on the real cluster', () => {
     const failures: string[] = [];
     const group = `late-${namespace}.rollcall.test`;
     const widgets = new Reflector<KubernetesObject>({
-      kc,
+      api: kubeConfigTarget(kc),
       path: `/apis/${group}/v1/widgets`,
       backoff: { baseMs: 50, capMs: 500 },
       metrics: { failed: (stage) => void failures.push(stage) },

@@ -2,7 +2,7 @@
 // reactions to pagination, 410s, errors and silence can be tested deterministically.
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { KubeConfig } from '@kubernetes/client-node';
+import { credentialsTarget, type ApiTarget } from '../../../kube/api.ts';
 
 /** An answer to a list request: a status and a JSON body. */
 export interface Answer {
@@ -55,17 +55,10 @@ export class FakeApiServer {
     return fake;
   }
 
-  /** A KubeConfig pointing at this server. */
-  kubeConfig(): KubeConfig {
+  /** The API target of this server (kube/api.ts), as the watcher reaches the apiserver. */
+  target(): ApiTarget {
     const { port } = this.#server.address() as AddressInfo;
-    const kc = new KubeConfig();
-    kc.loadFromOptions({
-      clusters: [{ name: 'fake', server: `http://127.0.0.1:${port}`, skipTLSVerify: true }],
-      users: [{ name: 'fake' }],
-      contexts: [{ name: 'fake', cluster: 'fake', user: 'fake' }],
-      currentContext: 'fake',
-    });
-    return kc;
+    return credentialsTarget({ server: `http://127.0.0.1:${port}` });
   }
 
   /** Watches currently open. */

@@ -21,7 +21,7 @@ async function harness(
   const metrics: string[] = [];
   const rv = (o: KubernetesObject) => o.metadata?.resourceVersion;
   const reflector = new Reflector<KubernetesObject>({
-    kc: fake.kubeConfig(),
+    api: fake.target(),
     path: '/api/v1/namespaces/ns/configmaps',
     backoff: { baseMs: 10, capMs: 50 },
     onAdd: (o) => void events.push(`add ${objectKey(o)}@${rv(o)}`),
@@ -357,7 +357,7 @@ describe('Reflector against a scripted apiserver', () => {
       list: () => configMapList('10', [configMap('a', '1')]),
     });
     const reflector = new Reflector({
-      kc: fake.kubeConfig(),
+      api: fake.target(),
       path: '/api/v1/namespaces/ns/configmaps',
       resyncMs: 1_000,
       onResync: () => {},
