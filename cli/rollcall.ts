@@ -6,15 +6,15 @@
 import { readFile } from 'node:fs/promises';
 import { text } from 'node:stream/consumers';
 import type { Role } from '../roles/roles.ts';
-import { runStatus, type StatusIo } from './status.ts';
+import type { StatusIo } from './status.ts';
 
 interface Command {
   summary: string;
   run(argv: readonly string[], io: StatusIo): Promise<number>;
 }
 
-// Every command but `status` loads its module on use: a policy-server process must not pay
-// for BullMQ, Bull Board and the reconcile functions, nor any role for the demo's cluster tooling.
+// Every command loads its module on use: a policy-server process must not pay for BullMQ,
+// Bull Board and the reconcile functions, nor any role for the demo's cluster tooling or YAML.
 const serve = () => import('./serve.ts');
 const roles =
   (names: readonly Role[]): Command['run'] =>
@@ -22,7 +22,10 @@ const roles =
     (await serve()).serveRoles(names)(argv, io);
 
 const COMMANDS: Record<string, Command> = {
-  status: { summary: 'print the kstatus of objects in YAML/JSON files', run: runStatus },
+  status: {
+    summary: 'print the kstatus of objects in YAML/JSON files',
+    run: async (argv, io) => (await import('./status.ts')).runStatus(argv, io),
+  },
   run: {
     summary: 'run watcher, workers and the HTTP server in one process',
     run: roles(['watcher', 'worker']),

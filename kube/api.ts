@@ -11,7 +11,6 @@ import http from 'node:http';
 import https from 'node:https';
 import { dirname, resolve } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { parse } from 'yaml';
 
 /** The body of a failed API request (metav1.Status), as far as rollcall reads it. */
 export interface KubeStatus {
@@ -138,11 +137,12 @@ interface KubeconfigFile {
 }
 
 /**
- * The credentials of a kubeconfig's current context, or `undefined` when its user or cluster
- * needs what only client-node does (an exec or auth-provider plugin, a proxy).
+ * The credentials of a kubeconfig's current context (`document`, the parsed file), or
+ * `undefined` when its user or cluster needs what only client-node does (an exec or
+ * auth-provider plugin, a proxy). Files it names are relative to `baseDir`.
  */
-export function kubeconfigCredentials(text: string, baseDir: string): Credentials | undefined {
-  const file = (parse(text) ?? {}) as KubeconfigFile;
+export function kubeconfigCredentials(document: unknown, baseDir: string): Credentials | undefined {
+  const file = (document ?? {}) as KubeconfigFile;
   const contextName = file['current-context'];
   const context = file.contexts?.find((c) => c.name === contextName)?.context;
   if (!context) throw new Error(`the kubeconfig has no context named '${contextName ?? ''}'`);
@@ -180,7 +180,8 @@ export function kubeconfigCredentials(text: string, baseDir: string): Credential
 /** The ApiTarget of the kubeconfig at `path`, or of the pod's service account when there is none. */
 export async function loadApiTarget(path: string | undefined): Promise<ApiTarget> {
   if (!path) return credentialsTarget(inClusterCredentials());
-  const credentials = kubeconfigCredentials(readFileSync(path, 'utf8'), dirname(path));
+  const { parse } = await import('yaml'); // only for a kubeconfig: a pod reads its service account
+  const credentials = kubeconfigCredentials(parse(readFileSync(path, 'utf8')), dirname(path));
   if (credentials) return credentialsTarget(credentials);
   const { KubeConfig } = await import('@kubernetes/client-node');
   const kc = new KubeConfig();

@@ -23,6 +23,7 @@ import { mountUis } from '../server/ui.ts';
 import { Watcher } from '../watcher/watcher.ts';
 import type { Config } from './config.ts';
 import { createLogger } from './logger.ts';
+import { releaseFreedMemory } from './release-memory.ts';
 
 export type Role = 'watcher' | 'worker';
 
@@ -155,6 +156,8 @@ export async function startRoles(
       logger: logger.child({ role: 'watcher' }),
       identity: config.identity,
       metrics: registry,
+      afterRebuild: () =>
+        logger.debug({ ms: releaseFreedMemory() }, 'freed heap pages returned to the OS'),
     });
     watcher.start();
   }

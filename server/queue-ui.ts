@@ -1,11 +1,7 @@
 // Bull Board at /queues for the reconcile queue. Access control lives in auth.ts (uiGuard),
 // mounted in front of it; bull-board's own readOnlyMode hides the action buttons as well.
-import { createBullBoard } from '@bull-board/api';
-import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
-import { HonoAdapter } from '@bull-board/hono';
-import { serveStatic } from '@hono/node-server/serve-static';
 import type { Queue } from 'bullmq';
-import type { Hono } from 'hono';
+import type { Context, Hono } from 'hono';
 
 export const queueUiPath = '/queues';
 
@@ -14,7 +10,29 @@ export function queueLink(queueName: string, status: string): string {
   return `${queueUiPath}/queue/${encodeURIComponent(queueName)}?status=${encodeURIComponent(status)}`;
 }
 
+/**
+ * Serves Bull Board under `queueUiPath`. It is loaded on the first request to it, not when
+ * the process starts: most processes are never asked for it, and it costs ~5 MiB resident.
+ */
 export function mountQueueUi(app: Hono, queues: readonly Queue[], readOnly: boolean): void {
+  let board: Promise<Hono> | undefined;
+  const serve = async (c: Context) => {
+    board ??= bullBoard(queues, readOnly);
+    return (await board).fetch(c.req.raw, c.env);
+  };
+  app.all(queueUiPath, serve);
+  app.all(`${queueUiPath}/*`, serve);
+}
+
+async function bullBoard(queues: readonly Queue[], readOnly: boolean): Promise<Hono> {
+  const [{ createBullBoard }, { BullMQAdapter }, { HonoAdapter }, { serveStatic }, { Hono }] =
+    await Promise.all([
+      import('@bull-board/api'),
+      import('@bull-board/api/bullMQAdapter'),
+      import('@bull-board/hono'),
+      import('@hono/node-server/serve-static'),
+      import('hono'),
+    ]);
   const adapter = new HonoAdapter(serveStatic).setBasePath(queueUiPath);
   createBullBoard({
     queues: queues.map(
@@ -30,5 +48,5 @@ export function mountQueueUi(app: Hono, queues: readonly Queue[], readOnly: bool
     serverAdapter: adapter as unknown as Parameters<typeof createBullBoard>[0]['serverAdapter'],
     options: { uiConfig: { boardTitle: 'rollcall queues' } },
   });
-  app.route(queueUiPath, adapter.registerPlugin());
+  return new Hono().route(queueUiPath, adapter.registerPlugin());
 }

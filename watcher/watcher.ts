@@ -54,6 +54,11 @@ export interface WatcherOptions {
   /** A watch silent this long (no event, no bookmark) is restarted. Default: the reflector's, 150 s. */
   staleAfterMs?: number;
   metrics?: Registry;
+  /**
+   * Called after a rebuild wrote every projection and key, the watcher's largest allocation
+   * (roles.ts gives the freed memory back to the OS there).
+   */
+  afterRebuild?: () => void;
 }
 
 interface Watched {
@@ -323,6 +328,7 @@ export class Watcher {
       );
       await this.enqueueAll(why);
       this.rebuilds?.inc({ reason: why });
+      this.options.afterRebuild?.();
       if (!this.countsWrites) return;
       // The snapshot covered every failed write (none run while a rebuild does), and the count
       // it leaves is the one to compare with from now on.

@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { parse } from 'yaml';
 import {
   credentialsTarget,
   inClusterCredentials,
@@ -16,7 +17,7 @@ import {
   type ApiTarget,
 } from '../../../kube/api.ts';
 
-const kubeconfig = (user: string, cluster = 'server: https://127.0.0.1:6443') => `
+const kubeconfigText = (user: string, cluster = 'server: https://127.0.0.1:6443') => `
 apiVersion: v1
 kind: Config
 current-context: local
@@ -24,6 +25,8 @@ contexts: [{ name: local, context: { cluster: c, user: u } }]
 clusters: [{ name: c, cluster: { ${cluster} } }]
 users: [{ name: u, user: { ${user} } }]
 `;
+const kubeconfig = (user: string, cluster?: string): unknown =>
+  parse(kubeconfigText(user, cluster));
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 
 describe('kubeconfigCredentials', () => {
@@ -81,15 +84,18 @@ describe('kubeconfigCredentials', () => {
     });
 
   test('names a current context that does not exist', () => {
-    const text = kubeconfig('token: t').replace('current-context: local', 'current-context: nope');
-    assert.throws(() => kubeconfigCredentials(text, dir), /no context named 'nope'/);
+    const text = kubeconfigText('token: t').replace(
+      'current-context: local',
+      'current-context: nope',
+    );
+    assert.throws(() => kubeconfigCredentials(parse(text), dir), /no context named 'nope'/);
   });
 
   test('hands a kubeconfig with a plugin to client-node, which reads the same server', async () => {
     const path = join(dir, 'exec.kubeconfig');
     writeFileSync(
       path,
-      kubeconfig('exec: { apiVersion: client.authentication.k8s.io/v1, command: true }'),
+      kubeconfigText('exec: { apiVersion: client.authentication.k8s.io/v1, command: true }'),
     );
     assert.equal((await loadApiTarget(path)).server, 'https://127.0.0.1:6443');
   });
