@@ -1,0 +1,73 @@
+/**
+ * Evaluation on the main thread, for a policy generation whose cost is bounded (costBound:
+ * linear in the request with a small constant) and a small request. It saves the two thread
+ * wake-ups and the copy of each request to a pool thread (bench/RESULTS.md), and needs no
+ * deadline: what it runs cannot stall the process. Everything else goes to the pool.
+ */
+import { compilePolicy, costBound, evaluatePolicy, type CostBound } from './cel/index.ts';
+import { answerReview, keepPolicy, type Engine, type KeptPolicy } from './evaluation.ts';
+import type { PoolJob, PoolOutcome } from './pool.ts';
+
+/** The default of InlineOptions.maxBodyBytes. */
+export const INLINE_MAX_BODY_BYTES = 32 * 1024;
+
+export interface InlineOptions {
+  /**
+   * The largest AdmissionReview (bytes of its body) evaluated on the main thread; larger ones
+   * go to the pool. Default 32 KiB: parsing and evaluating cost ~0.04 ms per KiB, so ~1.3 ms
+   * at most. 0: every request goes to the pool.
+   */
+  maxBodyBytes?: number;
+  /** Told once per generation, when it is first asked for, whether it is bounded and why not. */
+  onClassified?(key: string, bound: CostBound): void;
+}
+
+interface Kept {
+  policy: KeptPolicy;
+  bounded: boolean;
+}
+
+/** Generations kept at most (as a pool thread); past it, all are forgotten and compiled anew. */
+const KEPT_MAX = 256;
+
+const engine: Engine = { compilePolicy, evaluatePolicy };
+
+export class InlineEvaluator {
+  readonly #maxBodyBytes: number;
+  readonly #options: InlineOptions;
+  readonly #kept = new Map<string, Kept>();
+
+  constructor(options: InlineOptions = {}) {
+    this.#options = options;
+    this.#maxBodyBytes = Math.max(0, options.maxBodyBytes ?? INLINE_MAX_BODY_BYTES);
+  }
+
+  /**
+   * The outcome of `job` evaluated here, or undefined when it belongs in the pool: its
+   * generation is not bounded (or does not compile), or the review is too large.
+   */
+  evaluate(job: PoolJob): PoolOutcome | undefined {
+    if (this.#maxBodyBytes === 0) return undefined;
+    // Bytes are at least the text's length: the exact count only when it could pass.
+    if (job.review.length > this.#maxBodyBytes) return undefined;
+    const kept = this.#keep(job);
+    if (!kept.bounded) return undefined;
+    if (Buffer.byteLength(job.review, 'utf8') > this.#maxBodyBytes) return undefined;
+    return answerReview(engine, job.key, kept.policy, job.review, job.namespace);
+  }
+
+  #keep(job: PoolJob): Kept {
+    let kept = this.#kept.get(job.key);
+    if (kept) return kept;
+    const policy = keepPolicy(engine, job.policy);
+    // A generation that does not compile is answered by the pool, which says so the same way.
+    const bound: CostBound =
+      'compiled' in policy
+        ? costBound(policy.compiled as Parameters<typeof costBound>[0])
+        : { bounded: false, reason: policy.problem };
+    if (this.#kept.size >= KEPT_MAX) this.#kept.clear();
+    this.#kept.set(job.key, (kept = { policy, bounded: bound.bounded }));
+    this.#options.onClassified?.(job.key, bound);
+    return kept;
+  }
+}
