@@ -123,6 +123,26 @@ const cases: [string, PolicyCode, RegExp | undefined][] = [
     /refused by V8's linear-time engine/,
   ],
   [
+    'an anchored, short regular expression with a count above 16 (the bench’s name rule)',
+    one("object.metadata.name.matches('^[a-z][a-z0-9-]{0,62}$')"),
+    undefined,
+  ],
+  [
+    'the DNS label regular expression',
+    one("object.metadata.name.matches('^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$')"),
+    undefined,
+  ],
+  [
+    'a count above 16 in a regular expression that is not anchored',
+    one("object.x.matches('[a-z]{0,62}$')"),
+    /refused by V8's linear-time engine/,
+  ],
+  [
+    'counts above 16 with too many ways to backtrack',
+    one("object.x.matches('^a{0,62}a{0,62}a{0,62}$')"),
+    /refused by V8's linear-time engine/,
+  ],
+  [
     'the catastrophic regular expression of the e2e test',
     one("!object.data.value.matches('^(a+)+$')"),
     /repeats a group that holds a quantifier or an alternation/,
