@@ -13,9 +13,10 @@ export const INLINE_MAX_BODY_BYTES = 32 * 1024;
 
 export interface InlineOptions {
   /**
-   * The largest AdmissionReview (bytes of its body) evaluated on the main thread; larger ones
-   * go to the pool. Default 32 KiB: parsing and evaluating cost ~0.04 ms per KiB, so ~1.3 ms
-   * at most. 0: every request goes to the pool.
+   * The largest AdmissionReview (bytes of its body, plus the Namespace's JSON when the policy
+   * reads it) evaluated on the main thread; larger ones go to the pool, and so does a
+   * generation whose settings are larger. Default 32 KiB: parsing and evaluating the bench
+   * policy cost ~0.04 ms per KiB, ~1.3 ms here. 0: every request goes to the pool.
    */
   maxBodyBytes?: number;
   /** Told once per generation, when it is first asked for, whether it is bounded and why not. */
@@ -47,27 +48,41 @@ export class InlineEvaluator {
    * generation is not bounded (or does not compile), or the review is too large.
    */
   evaluate(job: PoolJob): PoolOutcome | undefined {
-    if (this.#maxBodyBytes === 0) return undefined;
-    // Bytes are at least the text's length: the exact count only when it could pass.
-    if (job.review.length > this.#maxBodyBytes) return undefined;
+    const max = this.#maxBodyBytes;
+    if (max === 0) return undefined;
+    // The Namespace is input too. Bytes are at least the text's length: the exact count only
+    // when it could pass.
+    const { review, namespace } = job;
+    if (review.length + (namespace?.length ?? 0) > max) return undefined;
     const kept = this.#keep(job);
     if (!kept.bounded) return undefined;
-    if (Buffer.byteLength(job.review, 'utf8') > this.#maxBodyBytes) return undefined;
-    return answerReview(engine, job.key, kept.policy, job.review, job.namespace);
+    const bytes = (text: string | null) => (text === null ? 0 : Buffer.byteLength(text, 'utf8'));
+    if (bytes(review) + bytes(namespace) > max) return undefined;
+    return answerReview(engine, job.key, kept.policy, review, namespace);
   }
 
   #keep(job: PoolJob): Kept {
     let kept = this.#kept.get(job.key);
     if (kept) return kept;
     const policy = keepPolicy(engine, job.policy);
-    // A generation that does not compile is answered by the pool, which says so the same way.
-    const bound: CostBound =
-      'compiled' in policy
-        ? costBound(policy.compiled as Parameters<typeof costBound>[0])
-        : { bounded: false, reason: policy.problem };
     if (this.#kept.size >= KEPT_MAX) this.#kept.clear();
+    const bound = this.#bound(policy);
     this.#kept.set(job.key, (kept = { policy, bounded: bound.bounded }));
     this.#options.onClassified?.(job.key, bound);
     return kept;
+  }
+
+  #bound(policy: KeptPolicy): CostBound {
+    // A generation that does not compile is answered by the pool, which says so the same way.
+    if ('problem' in policy) return { bounded: false, reason: policy.problem };
+    // Settings are read on every request (a comprehension over them is linear in them).
+    const settings = Buffer.byteLength(JSON.stringify(policy.params ?? null), 'utf8');
+    if (settings > this.#maxBodyBytes)
+      return { bounded: false, reason: `its settings take ${settings} bytes, more than the limit` };
+    try {
+      return costBound(policy.compiled as Parameters<typeof costBound>[0]);
+    } catch (err) {
+      return { bounded: false, reason: `the cost analysis failed: ${String(err)}` }; // a bug
+    }
   }
 }

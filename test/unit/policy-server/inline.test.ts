@@ -156,6 +156,27 @@ describe('the inline path', () => {
     assert.equal(inline.evaluate(job('p/1', p, accented)), undefined);
   });
 
+  test('the Namespace counts toward the size limit', () => {
+    const inline = new InlineEvaluator({ maxBodyBytes: 1024 });
+    const p = policy(one("namespaceObject.metadata.name != ''"));
+    const review = pod({ name: 'a' });
+    const large = JSON.stringify({ metadata: { name: 'a', annotations: { a: 'x'.repeat(1024) } } });
+    assert.ok(inline.evaluate(job('p/1', p, review, namespace)));
+    assert.equal(inline.evaluate(job('p/1', p, review, large)), undefined);
+  });
+
+  test('a generation whose settings are larger than the limit goes to the pool', () => {
+    const reasons: string[] = [];
+    const inline = new InlineEvaluator({
+      maxBodyBytes: 1024,
+      onClassified: (_key, bound) => reasons.push(bound.bounded ? 'bounded' : bound.reason),
+    });
+    const items = Array.from({ length: 500 }, (_, i) => i);
+    const p = policy(one('params.items.all(i, i >= 0)'), 'Fail', { items });
+    assert.equal(inline.evaluate(job('p/1', p, pod({ name: 'a' }))), undefined);
+    assert.match(reasons[0]!, /its settings take \d+ bytes, more than the limit/);
+  });
+
   test('a limit of 0 sends everything to the pool', () => {
     const inline = new InlineEvaluator({ maxBodyBytes: 0 });
     assert.equal(inline.evaluate(job('p/1', policy(one('true')), pod({ name: 'a' }))), undefined);
