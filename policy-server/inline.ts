@@ -23,10 +23,8 @@ export interface InlineOptions {
   onClassified?(key: string, bound: CostBound): void;
 }
 
-interface Kept {
-  policy: KeptPolicy;
-  bounded: boolean;
-}
+/** A generation as kept here: compiled when bounded, only the verdict otherwise. */
+type Kept = { bounded: true; policy: KeptPolicy } | { bounded: false };
 
 /** Generations kept at most (as a pool thread); past it, all are forgotten and compiled anew. */
 const KEPT_MAX = 256;
@@ -67,7 +65,10 @@ export class InlineEvaluator {
     const policy = keepPolicy(engine, job.policy);
     if (this.#kept.size >= KEPT_MAX) this.#kept.clear();
     const bound = this.#bound(policy);
-    this.#kept.set(job.key, (kept = { policy, bounded: bound.bounded }));
+    this.#kept.set(
+      job.key,
+      (kept = bound.bounded ? { bounded: true, policy } : { bounded: false }),
+    );
     this.#options.onClassified?.(job.key, bound);
     return kept;
   }
