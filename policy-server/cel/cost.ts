@@ -263,7 +263,12 @@ function check(node: ASTNode, scope: Scope): void {
     if (variable?.op !== 'id') fail(`'${text(node)}' has no iteration variable`);
     const locals = new Map(scope.locals);
     locals.set(variable.args as string, { element: true, iterates: false });
-    for (const part of body) check(part, { ...scope, inBody: true, locals });
+    const inner = { ...scope, inBody: true, locals };
+    for (const part of body) check(part, inner);
+    // map(x, object.big) holds `big` once per element: what reads the list pays their product.
+    const transform = body.at(-1);
+    if (name === 'map' && transform && !elementSized(transform, inner))
+      fail(`'${text(node)}' maps each element to a value not taken from it`);
     return;
   }
   if (name === 'bind' && node.op === 'rcall' && node.args[1].op === 'id') {
@@ -305,8 +310,8 @@ function check(node: ASTNode, scope: Scope): void {
  * comprehension inside another (a variable or `cel.bind` name computed by one and read inside
  * one counts); a regular expression that is not a literal, or that V8's linear-time engine
  * refuses, or that repeats an ambiguous group; inside a comprehension, a function linear in a
- * value not taken from the element (`x in object.list`); a replacement or separator from data;
- * a function of unknown cost.
+ * value not taken from the element (`x in object.list`), or a `map` to such a value; a
+ * replacement or separator from data; a function of unknown cost.
  */
 export function costBound(policy: CompiledPolicy): CostBound {
   const iterating = new Set<string>();

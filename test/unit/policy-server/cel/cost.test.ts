@@ -164,6 +164,11 @@ const cases: [string, PolicyCode, RegExp | undefined][] = [
     /'object\.s \+ x' inside a comprehension/,
   ],
   [
+    'a map to a value not taken from the element',
+    one("object.a.map(x, object.s).join(',') != ''"),
+    /'object\.a\.map\(x, object\.s\)' maps each element to a value not taken from it/,
+  ],
+  [
     'a replacement from data',
     one("object.s.replace('a', object.t) != ''"),
     /replaces with a value from data/,
