@@ -12,7 +12,7 @@
 // evaluation threads) to .rollcall/bench-admission-cpu/profiles.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { request, type Agent } from 'node:https';
 import { basename, join } from 'node:path';
@@ -20,6 +20,7 @@ import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { policySpecSchema } from '../api/v1alpha1.ts';
 import { createCa, issueServingCertificate } from '../certs/index.ts';
+import type { PoolJob } from '../policy-server/pool.ts';
 import { repoRoot } from '../cluster/paths.ts';
 import { openLoop, pooledAgent, summarize, type RawRun, type Target } from './admission-load.ts';
 import { admissionReview, benchPod, rollcallPolicy } from './admission-policies.ts';
@@ -50,6 +51,17 @@ async function serve(tree: string, tlsDir: string): Promise<void> {
     'policy-server/pool.ts',
   )) as typeof import('../policy-server/pool.ts');
   const { createLogger } = (await from('roles/logger.ts')) as typeof import('../roles/logger.ts');
+  // As main.ts wires it, in a checkout that has it (older ones evaluate every request in the pool).
+  const inline = existsSync(join(tree, 'policy-server/inline.ts'))
+    ? new (
+        (await from('policy-server/inline.ts')) as typeof import('../policy-server/inline.ts')
+      ).InlineEvaluator({
+        onClassified: (key, bound) =>
+          process.stderr.write(
+            `${basename(tree)}: ${key} ${bound.bounded ? 'bounded: inline' : `not bounded (${bound.reason}): pool`}\n`,
+          ),
+      })
+    : undefined;
   const spec = policySpecSchema.parse(rollcallPolicy(policy, 'adm', 'adm-rollcall').spec);
   const code = { validations: spec.validations };
   const namespace = namespaceObject('adm-rollcall');
@@ -69,6 +81,7 @@ async function serve(tree: string, tlsDir: string): Promise<void> {
           : { kind: 'unknown' },
       namespace: (name) => (name === namespace.metadata.name ? namespace : null),
       evaluate: (job, ms) => pool.evaluate(job, ms),
+      ...(inline && { inline: (job: PoolJob) => inline.evaluate(job) }),
     },
   });
   https.setCertificate({

@@ -24,13 +24,23 @@ export interface AdmissionDeps {
   /** The request's Namespace object for `namespaceObject` (null when unknown). */
   namespace?(name: string | undefined): unknown;
   evaluate(job: PoolJob, deadlineMs: number): Promise<PoolOutcome>;
+  /**
+   * Evaluates `job` on this thread when its generation's cost is bounded and the review is
+   * small (inline.ts); undefined: `evaluate` (the pool) answers it.
+   */
+  inline?(job: PoolJob): PoolOutcome | undefined;
 }
+
+/** Which path evaluated a request: this thread, or the pool's threads. */
+export type EvaluationPath = 'inline' | 'pool';
 
 export interface AdmissionResult {
   status: number;
   body: unknown;
   /** For metrics and logs; absent when the request was refused before evaluation. */
   verdict?: VerdictLabel;
+  /** Absent when nothing was evaluated (a generation not loaded here, an invalid review). */
+  path?: EvaluationPath;
 }
 
 const PATH = /^\/validate\/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)\/([1-9][0-9]{0,17})$/;
@@ -84,14 +94,15 @@ export async function review(
       verdict: 'error',
     };
 
-  // The evaluation thread reads the review. This thread parses it only for what the thread
-  // does not give: the Namespace of a policy that reads namespaceObject, and the uid of a
+  // The evaluation (inline or in a thread) reads the review. This thread parses it only for
+  // what the evaluation does not give: the Namespace of a policy that reads namespaceObject, and the uid of a
   // request the thread did not answer (a generation not loaded here, a deadline passed).
   let parsed: ParsedReview | undefined;
   const read = () => (parsed ??= parseReview(body));
   let outcome: Outcome;
   let uid: string | undefined;
   let ctx: { mode: 'protect' | 'monitor'; failurePolicy: 'Fail' | 'Ignore' };
+  let path: EvaluationPath | undefined;
   if (target.kind === 'unavailable') {
     outcome = { kind: 'unavailable', message: target.message };
     ctx = target;
@@ -104,15 +115,15 @@ export async function review(
       if (!review.ok) return invalid(review.error);
       namespace = namespaceJson(deps.namespace(review.request.namespace));
     }
-    const answer = await deps.evaluate(
-      {
-        key: target.key,
-        policy: { code: target.code, params: spec.settings, failurePolicy: spec.failurePolicy },
-        review: body,
-        namespace,
-      },
-      deadlineMs(spec.timeoutSeconds),
-    );
+    const job: PoolJob = {
+      key: target.key,
+      policy: { code: target.code, params: spec.settings, failurePolicy: spec.failurePolicy },
+      review: body,
+      namespace,
+    };
+    let answer = deps.inline?.(job);
+    path = answer ? 'inline' : 'pool';
+    answer ??= await deps.evaluate(job, deadlineMs(spec.timeoutSeconds));
     if (answer.kind === 'invalid') return invalid(answer.message);
     outcome = answer;
     uid = answer.uid;
@@ -131,5 +142,6 @@ export async function review(
     status: 200,
     body: { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response },
     verdict,
+    ...(path && { path }),
   };
 }

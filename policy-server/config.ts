@@ -3,6 +3,8 @@
 // overrides an earlier one, so the local node agent can append `--address=127.0.0.1 --port=N`.
 import { parseArgs } from 'node:util';
 import { POLICY_SERVER_TLS_DIR } from '../api/constants.ts';
+import { MAX_REVIEW_BYTES } from './admission.ts';
+import { INLINE_MAX_BODY_BYTES } from './inline.ts';
 
 export interface PolicyServerConfig {
   /** HTTPS port for admission, probes and metrics. */
@@ -24,6 +26,11 @@ export interface PolicyServerConfig {
   workers: number;
   /** Upper bound of evaluation worker threads. */
   maxWorkers: number;
+  /**
+   * The largest AdmissionReview body (bytes) evaluated on the main thread when its policy's
+   * cost is bounded; larger ones, and other policies, go to the threads. 0: never inline.
+   */
+  inlineMaxBytes: number;
 }
 
 export class PolicyServerConfigError extends Error {
@@ -41,6 +48,7 @@ const flags = {
   'log-level': { type: 'string' },
   workers: { type: 'string' },
   'max-workers': { type: 'string' },
+  'inline-max-bytes': { type: 'string' },
 } as const;
 
 export const policyServerHelp = `usage: rollcall policy-server --server NAME --pod NAME [options]
@@ -59,6 +67,8 @@ options (flag, then environment variable, then default; a later flag wins):
   --namespace NS      this pod's namespace (POD_NAMESPACE, rollcall-system)
   --workers N         evaluation threads kept warm (ROLLCALL_WORKERS, 2)
   --max-workers N     evaluation threads at most, while some are busy (ROLLCALL_MAX_WORKERS, 8)
+  --inline-max-bytes N  largest request evaluated on the main thread when its policy's cost
+                      is bounded, 0 for never (ROLLCALL_INLINE_MAX_BYTES, ${INLINE_MAX_BODY_BYTES})
   --log-level L       pino level (LOG_LEVEL, info)`;
 
 /** Parses argv and env; throws a PolicyServerConfigError that says what to fix. */
@@ -121,5 +131,12 @@ export function parsePolicyServerConfig(
     logLevel: str('log-level', 'LOG_LEVEL', 'info')!,
     workers,
     maxWorkers,
+    inlineMaxBytes: int(
+      'inline-max-bytes',
+      'ROLLCALL_INLINE_MAX_BYTES',
+      INLINE_MAX_BODY_BYTES,
+      0,
+      MAX_REVIEW_BYTES,
+    ),
   };
 }

@@ -3,20 +3,17 @@
 // an evaluation runs past its deadline.
 import { setFlagsFromString } from 'node:v8';
 import { parentPort, workerData } from 'node:worker_threads';
-import { parseReview } from './review.ts';
-import type { EngineVerdict } from './verdict.ts';
+import {
+  answerReview,
+  keepPolicy,
+  type Answer,
+  type Engine,
+  type EvalPolicy,
+  type KeptPolicy,
+} from './evaluation.ts';
 
 // Process-wide already (main.ts), repeated so a worker started by a test is protected too.
 setFlagsFromString('--enable-experimental-regexp-engine-on-excessive-backtracks');
-
-/** A policy generation as a thread needs it; the pool sends it once per thread. */
-export interface EvalPolicy {
-  code: unknown;
-  /** The policy's settings, exposed as `params`. */
-  params: unknown;
-  /** Ignore: a failing expression is skipped, as the apiserver does for ValidatingAdmissionPolicy. */
-  failurePolicy: 'Fail' | 'Ignore';
-}
 
 /**
  * What a worker is asked. The review travels as the text received and is parsed (and checked)
@@ -37,30 +34,10 @@ export interface EvalRequest {
   reset?: boolean;
 }
 
-/** What a worker answers: with the request's uid once it has read the review. */
+/** What a worker answers (see Answer). */
 export type EvalReply =
   /** Sent once, when the engine has loaded. */
-  | { id: 0; kind: 'ready' }
-  | { id: number; kind: 'verdict'; uid: string; verdict: EngineVerdict }
-  | { id: number; kind: 'error'; uid?: string; message: string }
-  /** The review is not an AdmissionReview v1 (`message` says why). */
-  | { id: number; kind: 'invalid'; message: string };
-
-/** The part of policy-server/cel this thread uses (a test may load another engine). */
-interface Engine {
-  compilePolicy(
-    code: never,
-    fieldPath?: string,
-  ): { ok: true; policy: unknown } | { ok: false; errors: string[] };
-  evaluatePolicy(
-    policy: never,
-    input: { request: unknown; params: unknown; namespaceObject: unknown },
-    options: { failurePolicy: 'Fail' | 'Ignore' },
-  ): EngineVerdict;
-}
-
-/** A policy generation as kept: compiled, or why it does not compile. */
-type Kept = EvalPolicy & ({ compiled: unknown } | { problem: string });
+  { id: 0; kind: 'ready' } | ({ id: number } & Answer);
 
 if (parentPort) {
   const port = parentPort;
@@ -68,49 +45,13 @@ if (parentPort) {
     (workerData as { engine?: string } | undefined)?.engine ??
     new URL('./cel/index.ts', import.meta.url).href;
   const engine = (await import(engineUrl)) as Engine;
-  const kept = new Map<string, Kept>();
-
-  const keep = (key: string, policy: EvalPolicy): void => {
-    let result: ReturnType<Engine['compilePolicy']>;
-    try {
-      result = engine.compilePolicy(policy.code as never);
-    } catch (err) {
-      result = { ok: false, errors: [String(err)] }; // an engine bug fails this policy only
-    }
-    kept.set(
-      key,
-      result.ok
-        ? { ...policy, compiled: result.policy }
-        : { ...policy, problem: `does not compile: ${result.errors.join('; ')}` },
-    );
-  };
+  const kept = new Map<string, KeptPolicy>();
 
   const answer = (req: EvalRequest): EvalReply => {
-    const { id, namespace } = req;
     if (req.reset) kept.clear();
-    if (req.policy) keep(req.key, req.policy);
-    const review = parseReview(req.review);
-    if (!review.ok) return { id, kind: 'invalid', message: review.error };
-    const { uid } = review.request;
-    const policy = kept.get(req.key);
-    if (!policy) return { id, kind: 'error', uid, message: `the thread lacks policy ${req.key}` };
-    if ('problem' in policy) return { id, kind: 'error', uid, message: policy.problem };
-    const input = {
-      request: review.request,
-      params: policy.params,
-      // Parsed only if an expression reads namespaceObject.
-      get namespaceObject(): unknown {
-        return namespace === null ? null : JSON.parse(namespace);
-      },
-    };
-    try {
-      const verdict = engine.evaluatePolicy(policy.compiled as never, input, {
-        failurePolicy: policy.failurePolicy,
-      });
-      return { id, kind: 'verdict', uid, verdict };
-    } catch (err) {
-      return { id, kind: 'error', uid, message: err instanceof Error ? err.message : String(err) };
-    }
+    if (req.policy) kept.set(req.key, keepPolicy(engine, req.policy));
+    const reply = answerReview(engine, req.key, kept.get(req.key), req.review, req.namespace);
+    return { id: req.id, ...reply };
   };
 
   port.postMessage({ id: 0, kind: 'ready' } satisfies EvalReply);

@@ -100,11 +100,23 @@ async function handle(
   send(res, result.status, result.body);
   const seconds = (performance.now() - started) / 1000;
   if (result.verdict)
-    options.metrics.admission(target.policy, target.generation, result.verdict, seconds);
+    options.metrics.admission(
+      target.policy,
+      target.generation,
+      result.verdict,
+      seconds,
+      result.path ?? 'none',
+    );
   const { logger } = options;
   if (logger.isLevelEnabled('debug'))
     logger.debug(
-      { ...target, status: result.status, verdict: result.verdict, ms: seconds * 1000 },
+      {
+        ...target,
+        status: result.status,
+        verdict: result.verdict,
+        path: result.path,
+        ms: seconds * 1000,
+      },
       'admission review',
     );
 }

@@ -13,6 +13,7 @@ import {
 } from './config.ts';
 import { startHttpsServer, type PolicyHttpsServer } from './https-server.ts';
 import { compilePolicy } from './cel/index.ts';
+import { InlineEvaluator } from './inline.ts';
 import type { Compile } from './load.ts';
 import { PolicyServerMetrics } from './metrics.ts';
 import { NamespaceCache } from './namespaces.ts';
@@ -88,6 +89,16 @@ export async function startPolicyServer(
     },
   });
   metrics.watchPool(() => pool.stats());
+  const inline = new InlineEvaluator({
+    maxBodyBytes: config.inlineMaxBytes,
+    onClassified: (key, bound) =>
+      logger.info(
+        bound.bounded ? { key, path: 'inline' } : { key, path: 'pool', reason: bound.reason },
+        bound.bounded
+          ? 'policy generation is bounded: small requests are evaluated inline'
+          : 'policy generation is not bounded: evaluated in the thread pool',
+      ),
+  });
   const https = await startHttpsServer({
     port: config.port,
     address: config.address,
@@ -105,6 +116,7 @@ export async function startPolicyServer(
       target: (policy, generation) => replica.target(policy, generation),
       namespace: (name) => namespaces.get(name),
       evaluate: (job, ms) => pool.evaluate(job, ms),
+      inline: (job) => inline.evaluate(job),
     },
   });
   let first = true;

@@ -5,7 +5,7 @@ import type { VerdictLabel } from './verdict.ts';
 export class PolicyServerMetrics {
   readonly registry = new Registry();
   readonly #requests: Counter<'policy' | 'generation' | 'verdict'>;
-  readonly #latency: Histogram<'policy'>;
+  readonly #latency: Histogram<'policy' | 'path'>;
   readonly #loadDuration: Histogram<'source' | 'state'>;
   readonly #loadFailures: Counter<'policy'>;
   readonly #workersLost: Counter<'reason'>;
@@ -22,8 +22,8 @@ export class PolicyServerMetrics {
     });
     this.#latency = new Histogram({
       name: 'rollcall_admission_duration_seconds',
-      help: 'Time from a request’s last body byte to its answer, by policy',
-      labelNames: ['policy'],
+      help: 'Time from a request’s last body byte to its answer, by policy and evaluation path (inline|pool|none)',
+      labelNames: ['policy', 'path'],
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers,
     });
@@ -54,9 +54,16 @@ export class PolicyServerMetrics {
     });
   }
 
-  admission(policy: string, generation: number, verdict: VerdictLabel, seconds: number): void {
+  /** One answer; `path` says where it was evaluated (none: a generation not loaded here). */
+  admission(
+    policy: string,
+    generation: number,
+    verdict: VerdictLabel,
+    seconds: number,
+    path: 'inline' | 'pool' | 'none' = 'none',
+  ): void {
     this.#requests.inc({ policy, generation: String(generation), verdict });
-    this.#latency.observe({ policy }, seconds);
+    this.#latency.observe({ policy, path }, seconds);
   }
 
   loaded(policy: string, source: string, state: 'Loaded' | 'Failed', seconds: number): void {

@@ -9,7 +9,8 @@
  * beyond `size` stop after being idle for `idleMs`.
  */
 import { Worker } from 'node:worker_threads';
-import type { EvalPolicy, EvalReply, EvalRequest } from './eval-worker.ts';
+import type { EvalReply, EvalRequest } from './eval-worker.ts';
+import type { EvalPolicy } from './evaluation.ts';
 import type { Outcome } from './verdict.ts';
 
 export interface PoolOptions {

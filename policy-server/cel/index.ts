@@ -10,6 +10,7 @@ export {
   type Validation,
   type Variable,
 } from './compile.ts';
+export { costBound, type CostBound } from './cost.ts';
 export { EvaluationError } from './errors.ts';
 export {
   evaluatePolicy,

@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict';
-import { describe, test } from 'node:test';
+import { after, describe, test } from 'node:test';
 import {
   deadlineMs,
   parseValidatePath,
   review,
   type AdmissionDeps,
 } from '../../../policy-server/admission.ts';
-import type { PoolJob, PoolOutcome } from '../../../policy-server/pool.ts';
+import { InlineEvaluator } from '../../../policy-server/inline.ts';
+import { EvaluationPool, type PoolJob, type PoolOutcome } from '../../../policy-server/pool.ts';
 
 const body = (extra: Record<string, unknown> = {}) =>
   JSON.stringify({
@@ -182,4 +183,96 @@ describe('an admission request', () => {
     );
     assert.equal(noUid.status, 400);
   });
+});
+
+describe('an admission request evaluated inline', () => {
+  const pool = new EvaluationPool({ size: 1, max: 2 });
+  after(() => pool.close());
+  let keys = 0;
+
+  /** Deps serving `code` as policy p generation 1 with `settings`, inline or through the pool. */
+  const served = (
+    code: unknown,
+    settings: { mode: 'protect' | 'monitor'; failurePolicy: 'Fail' | 'Ignore' },
+    inline: boolean,
+  ): AdmissionDeps & { pooled: number } => {
+    const evaluator = new InlineEvaluator();
+    // A key per call: threads keep the code they were sent under a key.
+    const key = `u${++keys}/1`;
+    const d: AdmissionDeps & { pooled: number } = {
+      pooled: 0,
+      target: () => ({ kind: 'loaded', key, spec: { ...spec, ...settings } as never, code }),
+      namespace: (name) => ({ metadata: { name } }),
+      evaluate: (job, ms) => {
+        d.pooled++;
+        return pool.evaluate(job, ms);
+      },
+      ...(inline && { inline: (job: PoolJob) => evaluator.evaluate(job) }),
+    };
+    return d;
+  };
+
+  test('a bounded policy on a small review is answered without the pool, saying so', async () => {
+    const d = served(code, { mode: 'protect', failurePolicy: 'Fail' }, true);
+    const result = await review(body({ namespace: 'kube-system' }), 'p', 1, d);
+    assert.equal(d.pooled, 0);
+    assert.equal(result.path, 'inline');
+    assert.equal(result.verdict, 'denied');
+  });
+
+  test('a policy that is not bounded is answered by the pool, saying so', async () => {
+    const nested = { validations: [{ expression: 'object.a.all(x, object.a.all(y, x == y))' }] };
+    const d = served(nested, { mode: 'protect', failurePolicy: 'Fail' }, true);
+    const result = await review(body({ object: { a: [1, 1] } }), 'p', 1, d);
+    assert.equal(d.pooled, 1);
+    assert.equal(result.path, 'pool');
+    assert.equal(result.verdict, 'allowed');
+  });
+
+  /** [name, expression, mode, failurePolicy]: the same response from both paths. */
+  const cases: [string, string, 'protect' | 'monitor', 'Fail' | 'Ignore'][] = [
+    ['allowed', "object.metadata.name == 'x'", 'protect', 'Fail'],
+    ['denied', "object.metadata.name != 'x'", 'protect', 'Fail'],
+    [
+      'denied in monitor mode: allowed with a warning',
+      "object.metadata.name != 'x'",
+      'monitor',
+      'Fail',
+    ],
+    ['an error with failurePolicy Fail: denied', 'object.nope == 1', 'protect', 'Fail'],
+    ['an error in monitor mode: allowed with a warning', 'object.nope == 1', 'monitor', 'Fail'],
+    [
+      'a failing match condition with failurePolicy Ignore',
+      'object.nope == 1',
+      'protect',
+      'Ignore',
+    ],
+    [
+      'the Namespace read through namespaceObject',
+      "namespaceObject.metadata.name != 'ns'",
+      'protect',
+      'Fail',
+    ],
+  ];
+  for (const [name, expression, mode, failurePolicy] of cases) {
+    test(`the same response inline and in the pool: ${name}`, async () => {
+      const policyCode = { validations: [{ expression, message: 'no' }] };
+      const request = body({ namespace: 'ns' });
+      const inline = await review(
+        request,
+        'p',
+        1,
+        served(policyCode, { mode, failurePolicy }, true),
+      );
+      const pooled = await review(
+        request,
+        'p',
+        1,
+        served(policyCode, { mode, failurePolicy }, false),
+      );
+      assert.equal(inline.path, 'inline');
+      assert.equal(pooled.path, 'pool');
+      assert.deepEqual({ ...inline, path: 'pool' }, pooled);
+    });
+  }
 });

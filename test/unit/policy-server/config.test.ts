@@ -17,7 +17,19 @@ describe('policy-server configuration', () => {
       logLevel: 'info',
       workers: 2,
       maxWorkers: 8,
+      inlineMaxBytes: 32768,
     });
+  });
+
+  test('the inline size limit comes from a flag or the environment, 0 turning inline off', () => {
+    const limit = (argv: string[], extra: Record<string, string> = {}) =>
+      parsePolicyServerConfig(argv, { ...env, ...extra }).inlineMaxBytes;
+    assert.equal(limit([], { ROLLCALL_INLINE_MAX_BYTES: '1024' }), 1024);
+    assert.equal(limit(['--inline-max-bytes=0'], { ROLLCALL_INLINE_MAX_BYTES: '1024' }), 0);
+    assert.throws(
+      () => limit(['--inline-max-bytes=4000000']),
+      /--inline-max-bytes \(ROLLCALL_INLINE_MAX_BYTES\) must be a whole number from 0 to 3145728/,
+    );
   });
 
   test('reads the environment the Deployment sets', () => {

@@ -117,7 +117,7 @@ describe('the HTTPS server', () => {
       text,
       /rollcall_admission_requests_total\{policy="p",generation="1",verdict="denied"\} 1/,
     );
-    assert.match(text, /rollcall_admission_duration_seconds_count\{policy="p"\} 1/);
+    assert.match(text, /rollcall_admission_duration_seconds_count\{policy="p",path="pool"\} 1/);
   });
 
   test('refuses a body over 3 MiB with 413', async () => {

@@ -19,6 +19,19 @@ describe('policy-server metrics', () => {
     );
   });
 
+  test('time answers by policy and by the path that evaluated them', async () => {
+    const m = new PolicyServerMetrics();
+    m.admission('p', 1, 'allowed', 0.001, 'inline');
+    m.admission('p', 1, 'timeout', 1.5, 'pool');
+    m.admission('p', 2, 'error', 0.001);
+    const text = await m.registry.metrics();
+    for (const path of ['inline', 'pool', 'none'])
+      assert.match(
+        text,
+        new RegExp(`rollcall_admission_duration_seconds_count\\{policy="p",path="${path}"\\} 1`),
+      );
+  });
+
   test('read the pool’s threads at scrape time', async () => {
     const m = new PolicyServerMetrics();
     let stats = { threads: 3, busy: 1, queued: 0 };
