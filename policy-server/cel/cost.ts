@@ -5,6 +5,7 @@
 import type { ASTNode } from '@marcbachmann/cel-js';
 import type { CompiledExpression, CompiledPolicy } from './compile.ts';
 import { superlinearRegex } from './regex.ts';
+import { children } from './unsupported.ts';
 
 export type CostBound = { bounded: true } | { bounded: false; reason: string };
 
@@ -185,17 +186,9 @@ function callOf(node: ASTNode): { name: string; operands: ASTNode[]; args: ASTNo
   return undefined;
 }
 
-/** The AST nodes among a node's operands, in order. */
-function children(node: ASTNode): ASTNode[] {
-  const call = callOf(node);
-  if (call) return call.operands;
-  const out: ASTNode[] = [];
-  const collect = (item: unknown): void => {
-    if (Array.isArray(item)) item.forEach(collect);
-    else if (item && typeof item === 'object' && 'op' in item) out.push(item as ASTNode);
-  };
-  collect(node.args);
-  return out;
+/** The AST nodes among a node's operands, in order (a call's: its operands). */
+function operands(node: ASTNode): ASTNode[] {
+  return callOf(node)?.operands ?? children(node);
 }
 
 /** Whether the size of `node`'s value is bounded by the current element's, or constant. */
@@ -218,7 +211,7 @@ function elementSized(node: ASTNode, scope: Scope): boolean {
       if (CHEAP_OPERATORS.has(node.op)) return true;
       const call = callOf(node);
       if (call && SCALAR.has(call.name)) return true;
-      return children(node).every((child) => elementSized(child, scope));
+      return operands(node).every((child) => elementSized(child, scope));
     }
   }
 }
@@ -229,7 +222,7 @@ function iterates(node: ASTNode, scope: Scope): boolean {
   if (node.op === 'id' && scope.locals.get(node.args)?.iterates) return true;
   if (node.op === '.' && node.args[0].op === 'id' && node.args[0].args === 'variables')
     return scope.iterating.has(node.args[1]);
-  return children(node).some((child) => iterates(child, scope));
+  return operands(node).some((child) => iterates(child, scope));
 }
 
 /** Throws NotBounded with the reason when `node` may cost more than linear. */

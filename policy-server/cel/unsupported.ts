@@ -103,7 +103,7 @@ export function scan(ast: ASTNode): Finding[] {
 }
 
 /** The AST nodes among a node's operands (lists, map entries, ternaries...), in order. */
-function children(node: ASTNode): ASTNode[] {
+export function children(node: ASTNode): ASTNode[] {
   const out: ASTNode[] = [];
   const collect = (item: unknown): void => {
     if (Array.isArray(item)) item.forEach(collect);
