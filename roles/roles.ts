@@ -23,7 +23,7 @@ import { mountUis } from '../server/ui.ts';
 import { Watcher } from '../watcher/watcher.ts';
 import type { Config } from './config.ts';
 import { createLogger } from './logger.ts';
-import { releaseFreedMemory } from './release-memory.ts';
+import { releaseAfterBursts } from './release-memory.ts';
 
 export type Role = 'watcher' | 'worker';
 
@@ -147,6 +147,9 @@ export async function startRoles(
   });
 
   let watcher: Watcher | undefined;
+  const memory = releaseAfterBursts({
+    released: (ms) => logger.debug({ ms }, 'freed heap pages returned to the OS'),
+  });
   if (roles.includes('watcher')) {
     watcher = new Watcher({
       api: await loadApiTarget(config.kubeconfig),
@@ -156,8 +159,7 @@ export async function startRoles(
       logger: logger.child({ role: 'watcher' }),
       identity: config.identity,
       metrics: registry,
-      afterRebuild: () =>
-        logger.debug({ ms: releaseFreedMemory() }, 'freed heap pages returned to the OS'),
+      noteWork: memory.noteWork,
     });
     watcher.start();
   }
@@ -247,6 +249,7 @@ export async function startRoles(
         stuck ||= !done;
       };
       primary?.stop();
+      memory.stop();
       await step('http', () => http.close());
       await step('watcher', async () => watcher?.stop());
       await step('worker', async () => worker?.close(), 30_000); // includes the jobs' grace period

@@ -55,10 +55,10 @@ export interface WatcherOptions {
   staleAfterMs?: number;
   metrics?: Registry;
   /**
-   * Called after a rebuild wrote every projection and key, the watcher's largest allocation
-   * (roles.ts gives the freed memory back to the OS there).
+   * Told how much work was done: each event written, and every object of a rebuild (roles.ts
+   * gives the memory a burst freed back to the OS once it is over).
    */
-  afterRebuild?: () => void;
+  noteWork?: (count: number) => void;
 }
 
 interface Watched {
@@ -317,18 +317,16 @@ export class Watcher {
       objects[w.projected] = this.reflectors.get(w.kind)?.list() ?? [];
     this.policiesByServer.clear();
     for (const p of objects.policy ?? []) this.index(p, undefined);
+    const count = Object.values(objects).reduce((n, l) => n + l.length, 0);
     try {
       await this.store.replaceAll(objects as never);
       // Live from inside the write order: an event that arrived after the snapshot is queued
       // behind this section and must be written, not skipped as "before live".
       if (goLive) this.live = true;
-      this.options.logger.info(
-        { why, objects: Object.values(objects).reduce((n, l) => n + l.length, 0) },
-        'projections written',
-      );
+      this.options.logger.info({ why, objects: count }, 'projections written');
       await this.enqueueAll(why);
       this.rebuilds?.inc({ reason: why });
-      this.options.afterRebuild?.();
+      this.options.noteWork?.(count);
       if (!this.countsWrites) return;
       // The snapshot covered every failed write (none run while a rebuild does), and the count
       // it leaves is the one to compare with from now on.
@@ -428,6 +426,7 @@ export class Watcher {
       if (!this.live) return;
       stage('queued');
       if (w.kind === 'Policy') this.trackConvergence(type, obj, old);
+      this.options.noteWork?.(1);
       try {
         await this.write(w, type, obj, old, stage);
       } catch (err) {
