@@ -1,8 +1,8 @@
 // V8 keeps the pages a garbage collection frees in a pool for reuse and gives them back to
 // the OS only under memory pressure, so a process stays at the resident size of its largest
 // heap. A watcher's largest heaps are a rebuild (every projection and key at once) and a burst
-// of events: at 10,000 pods and 5,000 policies its pool held ~95 MiB for good afterwards
-// (bench/RESULTS.md). A last-resort collection once the work is over returns the pool; it
+// of events, a worker's a burst of runs: at 10,000 pods and 5,000 policies a watcher's pool
+// held ~95 MiB for good afterwards (bench/RESULTS.md). A last-resort collection once the work is over returns the pool; it
 // pauses the process for one full collection of a small heap (tens of ms), once per burst.
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';

@@ -181,6 +181,7 @@ export async function startRoles(
     for (const fn of functions) {
       const timed = timedFor(fn.name);
       handlers[fn.name] = (_key, ctx) => {
+        memory.noteWork(1);
         const fctx: FunctionContext = {
           ...ctx,
           store: projections,
