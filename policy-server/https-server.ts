@@ -105,7 +105,7 @@ async function handle(
       target.generation,
       result.verdict,
       seconds,
-      result.path ?? 'none',
+      result.path,
     );
   const { logger } = options;
   if (logger.isLevelEnabled('debug'))

@@ -1,5 +1,6 @@
 // The policy server's Prometheus metrics.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { EvaluationPath } from './admission.ts';
 import type { VerdictLabel } from './verdict.ts';
 
 export class PolicyServerMetrics {
@@ -60,7 +61,7 @@ export class PolicyServerMetrics {
     generation: number,
     verdict: VerdictLabel,
     seconds: number,
-    path: 'inline' | 'pool' | 'none' = 'none',
+    path: EvaluationPath | 'none' = 'none',
   ): void {
     this.#requests.inc({ policy, generation: String(generation), verdict });
     this.#latency.observe({ policy, path }, seconds);

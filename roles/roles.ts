@@ -57,6 +57,16 @@ function stageTimer(registry: Registry): (fn: string) => FunctionContext['timed'
   };
 }
 
+/** client-node's KubeConfig (one, shared by every user in the process) and what writes with it. */
+async function loadClientNode(kubeconfig: string | undefined) {
+  const [{ loadKubeConfig }, { KubeWriter }, { installCrds }] = await Promise.all([
+    import('./kube-config.ts'),
+    import('../functions/kube-writer.ts'),
+    import('./install-crds.ts'),
+  ]);
+  return { kc: loadKubeConfig(kubeconfig), KubeWriter, installCrds };
+}
+
 /** Resolves true when `p` settles in time, false otherwise (p keeps running). */
 function bounded(p: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
@@ -114,14 +124,8 @@ export async function startRoles(
 ): Promise<Running> {
   // client-node (its generated API and undici, ~30 MiB resident) is loaded only by the roles
   // that write through it: a watcher reads with kube/api.ts alone.
-  const clientNode = async () => {
-    const [{ loadKubeConfig }, { KubeWriter }, { installCrds }] = await Promise.all([
-      import('./kube-config.ts'),
-      import('../functions/kube-writer.ts'),
-      import('./install-crds.ts'),
-    ]);
-    return { kc: loadKubeConfig(config.kubeconfig), KubeWriter, installCrds };
-  };
+  let loaded: ReturnType<typeof loadClientNode> | undefined;
+  const clientNode = () => (loaded ??= loadClientNode(config.kubeconfig));
   if (config.installCrds) {
     const { kc, installCrds } = await clientNode();
     await installCrds(kc, logger);
