@@ -283,25 +283,31 @@ export async function watchJson(
   res.setEncoding('utf8');
   let pending = '';
   await new Promise<void>((ok, fail) => {
+    /** Delivers one line of the stream; false once it was not JSON (the watch then fails). */
+    const deliver = (line: string): boolean => {
+      if (!line) return true;
+      let event: { type?: unknown; object?: unknown };
+      try {
+        event = JSON.parse(line) as typeof event;
+      } catch {
+        fail(new Error(`the watch sent a line that is not JSON: ${line.slice(0, 100)}`));
+        res.destroy();
+        return false;
+      }
+      onEvent(String(event.type), event.object);
+      return true;
+    };
     res.on('data', (chunk: string) => {
       pending += chunk;
       for (let newline; (newline = pending.indexOf('\n')) >= 0;) {
         const line = pending.slice(0, newline).trim();
         pending = pending.slice(newline + 1);
-        if (!line) continue;
-        let event: { type?: unknown; object?: unknown };
-        try {
-          event = JSON.parse(line) as typeof event;
-        } catch {
-          fail(new Error(`the watch sent a line that is not JSON: ${line.slice(0, 100)}`));
-          res.destroy();
-          return;
-        }
-        onEvent(String(event.type), event.object);
+        if (!deliver(line)) return;
       }
     });
     res.on('error', fail);
-    res.on('end', ok);
+    // A last event without its newline still counts.
+    res.on('end', () => deliver(pending.trim()) && ok());
     // After 'end' this changes nothing; without it, the connection was cut mid-stream.
     res.on('close', () => fail(new Error('the watch connection closed before the watch ended')));
   });

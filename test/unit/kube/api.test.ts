@@ -194,6 +194,13 @@ describe('requests and watches', () => {
     ]);
   });
 
+  test('delivers a last event that the server ended without a newline', async () => {
+    handle = (_req, res) => res.writeHead(200).end('{"type":"ADDED","object":{"n":1}}');
+    const events: unknown[] = [];
+    await watchJson(target, '/w', {}, (type, object) => events.push([type, object]));
+    assert.deepEqual(events, [['ADDED', { n: 1 }]]);
+  });
+
   test('rejects a refused watch with its status code (410 makes the reflector relist)', async () => {
     handle = (_req, res) =>
       res
