@@ -2,13 +2,22 @@
 // `rollcall watcher`, `rollcall worker`, `rollcall sim`, and the one-shot `install-crds`.
 import { parseArgs } from 'node:util';
 import { ConfigError, configHelp, parseConfig } from '../roles/config.ts';
-import { installCrds } from '../roles/install-crds.ts';
-import { loadKubeConfig } from '../roles/kube-config.ts';
 import { createLogger } from '../roles/logger.ts';
 import { startRoles, type Role } from '../roles/roles.ts';
-import { startAdmissionServer } from '../sim/admission.ts';
-import { Simulator } from '../sim/sim.ts';
 import type { StatusIo } from './status.ts';
+
+// client-node (~35 MiB of a process, bench/RESULTS.md) loads on use: by the sim, install-crds
+// and the workers (roles/roles.ts), never by a watcher.
+const clientNodeTools = async () => {
+  const [{ loadKubeConfig }, { installCrds }, { Simulator }, { startAdmissionServer }] =
+    await Promise.all([
+      import('../roles/kube-config.ts'),
+      import('../roles/install-crds.ts'),
+      import('../sim/sim.ts'),
+      import('../sim/admission.ts'),
+    ]);
+  return { loadKubeConfig, installCrds, Simulator, startAdmissionServer };
+};
 
 /** Resolves on the first SIGTERM or SIGINT. */
 const terminated = () =>
@@ -93,6 +102,7 @@ export async function runSim(argv: readonly string[], io: StatusIo): Promise<num
     return 2;
   }
   const logger = createLogger(values['log-level'] ?? process.env.LOG_LEVEL ?? 'info');
+  const { loadKubeConfig, Simulator, startAdmissionServer } = await clientNodeTools();
   const sim = new Simulator({
     kc: loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG),
     namespace: values.namespace ?? process.env.ROLLCALL_NAMESPACE ?? 'rollcall-system',
@@ -130,6 +140,7 @@ export async function runInstallCrds(argv: readonly string[], io: StatusIo): Pro
     return 0;
   }
   const { values } = parseArgs({ args: [...argv], options: { kubeconfig: { type: 'string' } } });
+  const { loadKubeConfig, installCrds } = await clientNodeTools();
   await installCrds(
     loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG),
     createLogger('info'),
