@@ -6,18 +6,8 @@ import { createLogger } from '../roles/logger.ts';
 import { startRoles, type Role } from '../roles/roles.ts';
 import type { StatusIo } from './status.ts';
 
-// client-node (~35 MiB of a process, bench/RESULTS.md) loads on use: by the sim, install-crds
-// and the workers (roles/roles.ts), never by a watcher.
-const clientNodeTools = async () => {
-  const [{ loadKubeConfig }, { installCrds }, { Simulator }, { startAdmissionServer }] =
-    await Promise.all([
-      import('../roles/kube-config.ts'),
-      import('../roles/install-crds.ts'),
-      import('../sim/sim.ts'),
-      import('../sim/admission.ts'),
-    ]);
-  return { loadKubeConfig, installCrds, Simulator, startAdmissionServer };
-};
+// client-node (~35 MiB of a process, bench/RESULTS.md) is imported by the commands below
+// that use it, and by the workers (roles/roles.ts), never by a watcher.
 
 /** Resolves on the first SIGTERM or SIGINT. */
 const terminated = () =>
@@ -102,7 +92,11 @@ export async function runSim(argv: readonly string[], io: StatusIo): Promise<num
     return 2;
   }
   const logger = createLogger(values['log-level'] ?? process.env.LOG_LEVEL ?? 'info');
-  const { loadKubeConfig, Simulator, startAdmissionServer } = await clientNodeTools();
+  const [{ loadKubeConfig }, { Simulator }, { startAdmissionServer }] = await Promise.all([
+    import('../roles/kube-config.ts'),
+    import('../sim/sim.ts'),
+    import('../sim/admission.ts'),
+  ]);
   const sim = new Simulator({
     kc: loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG),
     namespace: values.namespace ?? process.env.ROLLCALL_NAMESPACE ?? 'rollcall-system',
@@ -140,7 +134,10 @@ export async function runInstallCrds(argv: readonly string[], io: StatusIo): Pro
     return 0;
   }
   const { values } = parseArgs({ args: [...argv], options: { kubeconfig: { type: 'string' } } });
-  const { loadKubeConfig, installCrds } = await clientNodeTools();
+  const [{ loadKubeConfig }, { installCrds }] = await Promise.all([
+    import('../roles/kube-config.ts'),
+    import('../roles/install-crds.ts'),
+  ]);
   await installCrds(
     loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG),
     createLogger('info'),
