@@ -91,6 +91,8 @@ export class Bench {
   readonly running = new Set<Proc>();
   /** The private Redis; each subject gets its own database. */
   readonly redisUrl: string;
+  /** The private redis-server's pid (0 with REDIS_URL): rollcall's Redis CPU is part of its cost. */
+  redisPid = 0;
   readonly results: Record<string, unknown>;
   readonly resultsFile: string;
   /** Report and spec writes the bench made as the data plane and the user. */

@@ -73,6 +73,7 @@ const results: Record<string, unknown> = {
   },
 };
 const bench = new Bench(kc, redis.url, quick, results);
+bench.redisPid = redis.pid;
 bench.peerBinary = await ensurePeer(log);
 const { size, custom, core, apps, proxy, recorder } = bench;
 

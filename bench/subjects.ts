@@ -13,6 +13,8 @@ export interface Started {
   idle: () => Promise<boolean>;
   /** A rollcall process's port, whose /metrics times the stages of a change. */
   stagesPort?: number;
+  /** The redis-server a rollcall subject needs (0 if not known); none for the others. */
+  redisPid?: number;
 }
 
 export interface Subject {
@@ -35,6 +37,7 @@ export function subjects(bench: Bench): Subject[] {
         runs: () => metric(p.port, 'rollcall_queue_runs_total', { function: 'policy' }),
         idle: () => queueIdle(p.port),
         stagesPort: p.port,
+        redisPid: bench.redisPid,
       };
     },
   });

@@ -67,6 +67,7 @@ export function printTable({
   );
   row('2 reconcile runs', (x) => fmt(x.storm.reconcileRuns));
   row('2 subject CPU s', (x) => fmt(x.storm.cpuS, 1));
+  row('2 Redis CPU s', (x) => fmt(x.storm.redisCpuS, 1));
   row('2 status writes', (x) => fmt(x.storm.statusWrites));
   row('2 API status write ms (at the proxy)', (x) => fmt(x.storm.apiStatusWriteMs, 1));
   row('2 real status changes (watch)', (x) => fmt(x.storm.realStatusChanges));

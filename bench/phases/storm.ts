@@ -23,6 +23,8 @@ export interface Storm {
   reconcileRuns: number;
   /** CPU time of the subject's processes from the storm's start to its trailing writes. */
   cpuS: number;
+  /** CPU time of the redis-server over the same span; NaN for subjects without Redis. */
+  redisCpuS: number;
   statusWrites: number;
   /** Mean time of a status write at the proxy: the apiserver's part. */
   apiStatusWriteMs: number;
@@ -42,7 +44,9 @@ export async function storm(bench: Bench, subject: Started): Promise<Storm> {
   const { runs } = subject;
   const cpu = () => cpuSeconds(subject.procs.map((p) => p.child.pid));
   await recorder.quiet(1000);
+  const redisCpu = () => (subject.redisPid ? cpuSeconds([subject.redisPid]) : NaN);
   const cpu0 = cpu();
+  const redisCpu0 = redisCpu();
   const c0 = proxy.snapshot();
   const r0 = await runs();
   const w0 = bench.dataPlaneWrites;
@@ -147,6 +151,7 @@ export async function storm(bench: Bench, subject: Started): Promise<Storm> {
     afterDataPlaneS: (tConverged - tData) / 1000,
     reconcileRuns: (await runs()) - r0,
     cpuS: cpu() - cpu0,
+    redisCpuS: redisCpu() - redisCpu0,
     statusWrites: c.policyStatusWrites,
     apiStatusWriteMs: c.policyStatusWriteMs / c.policyStatusWrites,
     realStatusChanges: changes,
