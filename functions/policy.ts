@@ -6,7 +6,7 @@ import type { Policy } from '../api/v1alpha1.ts';
 import { done, requeueAfter, terminal, type Outcome } from '../queue/index.ts';
 import { computePolicy, type PolicyDecision } from './policy-core.ts';
 import { notSyncedDelayMs, policiesAffectedBy } from './policy-keys.ts';
-import { policyServerResourceName } from './policyserver-core.ts';
+import { POLICY_SERVER_RESOURCE_PREFIX } from './policyserver-core.ts';
 import { servedGenerationOf, webhookLags } from './webhook-core.ts';
 import type { FunctionContext, ReconcileFunction } from './types.ts';
 
@@ -19,7 +19,7 @@ export const policy: ReconcileFunction = {
 
   async handle(name, ctx) {
     const view = await ctx.timed('read', () =>
-      ctx.store.policyView(name, policyServerResourceName),
+      ctx.store.policyView(name, POLICY_SERVER_RESOURCE_PREFIX),
     );
     if (!view) return requeueAfter(notSyncedDelayMs);
     if (view.invalid) return terminal(`Policy ${name} could not be read: ${view.invalid}`);

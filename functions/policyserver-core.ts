@@ -59,9 +59,12 @@ export const POLICY_SERVER_LIVENESS_PATH = '/healthz';
 export const POLICY_SERVER_TLS_VOLUME = 'tls';
 export const POLICY_SERVER_CONTAINER = 'policy-server';
 
+/** What a PolicyServer's name is prefixed with to name its Deployment and Service. */
+export const POLICY_SERVER_RESOURCE_PREFIX = 'policy-server-';
+
 /** Name of both the Deployment and the Service for a PolicyServer. */
 export function policyServerResourceName(serverName: string): string {
-  return `policy-server-${serverName}`;
+  return `${POLICY_SERVER_RESOURCE_PREFIX}${serverName}`;
 }
 
 /** Labels on the Deployment, Service and pods; the selector uses only POLICY_SERVER_LABEL. */

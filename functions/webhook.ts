@@ -5,7 +5,7 @@ import type { Policy, PolicyServer } from '../api/v1alpha1.ts';
 import { done, requeueAfter, retry, terminal } from '../queue/index.ts';
 import { computePolicy } from './policy-core.ts';
 import { notSyncedDelayMs, policiesAffectedBy } from './policy-keys.ts';
-import { policyServerResourceName } from './policyserver-core.ts';
+import { POLICY_SERVER_RESOURCE_PREFIX } from './policyserver-core.ts';
 import { planRevisions } from './revision-core.ts';
 import type { FunctionContext, ReconcileFunction } from './types.ts';
 import { webhookCaBundle } from './webhook-ca.ts';
@@ -31,7 +31,7 @@ export const webhook: ReconcileFunction = {
   },
 
   async handle(name, ctx) {
-    const view = await ctx.store.policyView(name, policyServerResourceName);
+    const view = await ctx.store.policyView(name, POLICY_SERVER_RESOURCE_PREFIX);
     if (!view) return requeueAfter(notSyncedDelayMs);
     if (view.invalid) return terminal(`Policy ${name} could not be read: ${view.invalid}`);
 

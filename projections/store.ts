@@ -21,6 +21,7 @@
 // On a Cluster the prefix is a hash tag (`{rollcall}`, keyPrefix): every key of rollcall is in
 // one slot, so each MULTI stays legal.
 import { keyPrefix, keysMatching, type RedisClient } from '../queue/redis-client.ts';
+import { RedisScript } from '../queue/redis-script.ts';
 import {
   API_VERSION,
   APPLIED_HASH_ANNOTATION,
@@ -198,6 +199,60 @@ export function serverOf(kind: ProjectedKind, obj: KubeObject): string | undefin
 
 type Transaction = ReturnType<RedisClient['multi']>;
 
+/**
+ * What `policyView` reads, as Redis returns it: the Policy and its webhook, then (when the
+ * stored Policy names a server) the PolicyServer, its Deployment, every ReplicaSet, the
+ * server's pods and, in the pods' order, each pod's entry about the Policy; by name.
+ */
+type PolicyViewReply = [
+  policy: string | null,
+  webhook: string | null,
+  server?: string | null,
+  deployment?: string | null,
+  replicaSets?: string[],
+  pods?: string[],
+  entries?: (string | null)[],
+];
+
+// One round trip for a policy run (every run of the policy and webhook functions reads this,
+// so round trips are most of their CPU). KEYS[1] is the synced marker: it routes the call on
+// a Cluster, where every projection shares its slot. ARGV: the projections' base, the Policy,
+// its webhook configuration, the Deployment names' prefix. The server comes from the stored
+// Policy (a Policy that does not decode returns alone: the caller reports it invalid). Pods
+// and ReplicaSets come by name, as the apiserver lists them (a hash's own order changes with
+// Redis' seed, and a core names the first pod it waits for). A pod whose report is not valid
+// has no report hash, so its entry reads nil.
+const readPolicyView = new RedisScript(`
+local base, name = ARGV[1], ARGV[2]
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local policy = redis.call('HGET', base .. ':policy', name)
+local webhook = redis.call('HGET', base .. ':webhook', ARGV[3])
+local ok, decoded = pcall(cjson.decode, policy or 'null')
+local spec = ok and type(decoded) == 'table' and decoded.spec
+local server = type(spec) == 'table' and spec.policyServer
+if type(server) ~= 'string' then return {policy, webhook} end
+local function sorted(hash)
+  local fields = redis.call('HKEYS', hash)
+  table.sort(fields)
+  local values = {}
+  for i, field in ipairs(fields) do values[i] = redis.call('HGET', hash, field) end
+  return fields, values
+end
+local podNames, pods = sorted(base .. ':pods:' .. server)
+local entries = {}
+for i, pod in ipairs(podNames) do
+  entries[i] = redis.call('HGET', base .. ':report:' .. server .. ':' .. pod, name)
+end
+local _, replicaSets = sorted(base .. ':replicaset')
+return {
+  policy, webhook,
+  redis.call('HGET', base .. ':policyserver', server),
+  redis.call('HGET', base .. ':deployment', ARGV[4] .. server),
+  replicaSets,
+  pods, entries,
+}
+`);
+
 export class ProjectionStore {
   readonly redis: RedisClient;
   private readonly base: string;
@@ -356,20 +411,18 @@ export class ProjectionStore {
   }
 
   /**
-   * Reads what a Policy's functions need: the Policy and its webhook, then its server's
-   * objects, then each pod's entry about the Policy; `undefined` while the store is not synced.
+   * Reads what a Policy's functions need in one round trip (`readPolicyView`); `undefined`
+   * while the store is not synced. The server's Deployment is `<deploymentPrefix><server>`.
    */
-  async policyView(
-    name: string,
-    deploymentName: (server: string) => string,
-  ): Promise<PolicyView | undefined> {
-    const [synced, rawPolicy, rawWebhook] = (await this.redis
-      .multi()
-      .exists(this.syncedKey)
-      .hget(this.hash('policy'), name)
-      .hget(this.hash('webhook'), webhookConfigurationName(name))
-      .exec())!.map(([, v]) => v) as [number, string | null, string | null];
-    if (!synced) return undefined;
+  async policyView(name: string, deploymentPrefix: string): Promise<PolicyView | undefined> {
+    const read = (await readPolicyView.run(
+      this.redis,
+      [this.syncedKey],
+      [this.base, name, webhookConfigurationName(name), deploymentPrefix],
+    )) as PolicyViewReply | null;
+    if (!read) return undefined;
+    const [rawPolicy, rawWebhook, rawServer, rawDeployment, rawReplicaSets, rawPods, entries] =
+      read;
     const webhook = rawWebhook ? (JSON.parse(rawWebhook) as ExistingWebhook) : undefined;
     const parsed = parse(policySchema, rawPolicy);
     const base = {
@@ -382,49 +435,24 @@ export class ProjectionStore {
     };
     if (!parsed.ok) return { ...base, policy: undefined, invalid: parsed.error };
     if (!parsed.value) return { ...base, policy: undefined };
-    const policy = parsed.value;
-    const server = policy.spec.policyServer;
-    const [rawServer, rawDeployment, rawReplicaSets, rawPods] = (await this.redis
-      .multi()
-      .hget(this.hash('policyserver'), server)
-      .hget(this.hash('deployment'), deploymentName(server))
-      .hvals(this.hash('replicaset'))
-      .hvals(this.hash('pod', server))
-      .exec())!.map(([, v]) => v) as [string | null, string | null, string[], string[]];
-    const serverParsed = parse(policyServerSchema, rawServer);
-    const stored = rawPods.map((p) => JSON.parse(p) as StoredPod);
-    const pods = stored.map(({ report: _, ...pod }) => pod);
+    const serverParsed = parse(policyServerSchema, rawServer ?? null);
+    const stored = (rawPods ?? []).map((p) => JSON.parse(p) as StoredPod);
     return {
-      policy,
+      policy: parsed.value,
       webhook,
       policyServer: serverParsed.ok ? serverParsed.value : undefined,
       deployment: rawDeployment ? (JSON.parse(rawDeployment) as Deployment) : undefined,
-      replicaSets: rawReplicaSets.map((r) => JSON.parse(r) as ReplicaSet),
-      pods,
-      reports: await this.reportsAbout(name, server, stored),
+      replicaSets: (rawReplicaSets ?? []).map((r) => JSON.parse(r) as ReplicaSet),
+      pods: stored.map(({ report: _, ...pod }) => pod),
+      reports: new Map(
+        stored.map(({ metadata, report }, i): [string, PolicyReport] => {
+          if (report.kind !== 'valid') return [metadata?.name ?? '', report];
+          const entry = entries?.[i];
+          const parsedEntry = entry ? (JSON.parse(entry) as ReportEntry) : undefined;
+          return [metadata?.name ?? '', { kind: 'valid', entry: parsedEntry }];
+        }),
+      ),
     };
-  }
-
-  /** Each pod's entry about one Policy, read in one round trip from the valid reports. */
-  private async reportsAbout(
-    policy: string,
-    server: string,
-    pods: readonly StoredPod[],
-  ): Promise<Map<string, PolicyReport>> {
-    const raw = await this.fromValidReports<string | null>(server, pods, (tx, hash) =>
-      tx.hget(hash, policy),
-    );
-    return new Map(
-      pods.map((p): [string, PolicyReport] => {
-        const pod = p.metadata?.name ?? '';
-        if (p.report.kind !== 'valid') return [pod, p.report];
-        const entry = raw.get(pod);
-        return [
-          pod,
-          { kind: 'valid', entry: entry ? (JSON.parse(entry) as ReportEntry) : undefined },
-        ];
-      }),
-    );
   }
 
   /** One `read` of the report hash of each pod whose report is valid, in one round trip; by pod. */

@@ -6,11 +6,12 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { KubeObject } from '../../../api/kube.ts';
-import { compact, projectPod, ProjectionStore } from '../../../projections/store.ts';
+import { POLICY_SERVER_RESOURCE_PREFIX } from '../../../functions/policyserver-core.ts';
+import { compact, projectPod, type ProjectionStore } from '../../../projections/store.ts';
 import { aPod, aPolicy, reportOf } from '../../fixtures/builders.ts';
-import { memoryRedis } from '../../fixtures/memory-redis.ts';
+import { freshStores } from '../../support/redis.ts';
 
-const deployment = (server: string) => `policy-server-${server}`;
+const newStore = freshStores('store');
 const p1 = aPolicy({ name: 'p1' });
 const p2 = aPolicy({ name: 'p2' });
 const onOther = aPolicy({ name: 'p3', spec: { policyServer: 'other' } });
@@ -24,7 +25,7 @@ const v3 = projectPod(aPod('ps-a', { report: '{not json' }));
 const moved = projectPod(aPod('ps-a', { server: 'other', report: reportOf('p3', 4, 'Loaded') }));
 
 async function storeWith(...objects: KubeObject[]): Promise<ProjectionStore> {
-  const store = new ProjectionStore(memoryRedis());
+  const store = newStore();
   await store.replaceAll({ policy: policies.map((p) => compact('policy', p)), pod: objects });
   return store;
 }
@@ -32,7 +33,7 @@ async function storeWith(...objects: KubeObject[]): Promise<ProjectionStore> {
 /** What each Policy's functions read about the pods, and the status page's pods per server. */
 async function seen(store: ProjectionStore) {
   const views = await Promise.all(
-    policies.map((p) => store.policyView(p.metadata.name, deployment)),
+    policies.map((p) => store.policyView(p.metadata.name, POLICY_SERVER_RESOURCE_PREFIX)),
   );
   return {
     reports: views.map((v) => [...(v?.reports ?? [])]),
@@ -65,6 +66,13 @@ describe("a pod's report in the projections", () => {
       assert.match((r[0]?.[1] as { reason: string }).reason, /not valid JSON/);
     }
     assert.equal(page[0]?.[0]?.report.kind, 'invalid');
+  });
+
+  test('a Policy reads its pods by name, whatever order the watcher wrote them in', async () => {
+    const loaded = (pod: string) => projectPod(aPod(pod, { report: reportOf('p1', 4, 'Loaded') }));
+    const names = ['ps-a', 'ps-b', 'ps-c', 'ps-d', 'ps-e', 'ps-f', 'ps-g', 'ps-h'];
+    const store = await storeWith(...names.toReversed().map(loaded));
+    assert.deepEqual((await seen(store)).pods[0], names);
   });
 
   test("the status page reads each pod's whole report back", async () => {

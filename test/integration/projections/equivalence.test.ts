@@ -1,5 +1,5 @@
 // The projection layer keeps only what the pure cores read. These tests put full objects (as
-// the apiserver sends them) through the real ProjectionStore (on an in-memory Redis) and check
+// the apiserver sends them) through the real ProjectionStore (on the run's Redis) and check
 // that every core decides the same from the projected objects as from the full ones, over the
 // fixture builders' scenarios; and that the scenarios notice any kept field going missing, so a
 // compaction that drops a field a core reads fails here, not in production.
@@ -10,6 +10,7 @@ import type { Policy, PolicyServer } from '../../../api/v1alpha1.ts';
 import { computePolicy } from '../../../functions/policy-core.ts';
 import {
   planPolicyServer,
+  POLICY_SERVER_RESOURCE_PREFIX,
   policyServerResourceName,
 } from '../../../functions/policyserver-core.ts';
 import {
@@ -18,8 +19,8 @@ import {
   servedGenerationOf,
 } from '../../../functions/webhook-core.ts';
 import { reportsFromPods, type PolicyReport } from '../../../api/report.ts';
-import { compact, ProjectionStore, type ProjectedKind } from '../../../projections/store.ts';
-import { memoryRedis } from '../../fixtures/memory-redis.ts';
+import { compact, type ProjectedKind } from '../../../projections/store.ts';
+import { freshStores } from '../../support/redis.ts';
 import {
   aDeployment,
   aPod,
@@ -344,9 +345,11 @@ function decide(w: World) {
   return { servedGeneration, policy, webhook, policyServer };
 }
 
+const newStore = freshStores('equivalence');
+
 /** The world as the functions see it: written by the watcher's path, read back by theirs. */
 async function projected(w: World): Promise<World> {
-  const store = new ProjectionStore(memoryRedis());
+  const store = newStore();
   const full: Partial<Record<ProjectedKind, object[]>> = {
     policy: [w.policy],
     policyserver: [w.policyServer],
@@ -363,7 +366,7 @@ async function projected(w: World): Promise<World> {
     ]),
   );
   await store.replaceAll(objects);
-  const view = await store.policyView(w.policy.metadata.name, policyServerResourceName);
+  const view = await store.policyView(w.policy.metadata.name, POLICY_SERVER_RESOURCE_PREFIX);
   const serverView = await store.policyServerView(
     w.policyServer.metadata.name,
     policyServerResourceName(w.policyServer.metadata.name),
