@@ -62,9 +62,12 @@ export const log = (line: string) =>
 const names = (length: number, name: (i: number) => string) =>
   Array.from({ length }, (_, i) => name(i));
 
-/** No job waiting, delayed or running, per the process's /metrics (a real queue read). */
+/**
+ * No job waiting, delayed or running, and no Event left to write (a watcher has none), per the
+ * process's /metrics (a real queue read).
+ */
 export async function queueIdle(port: number): Promise<boolean> {
-  let n = 0;
+  let n = await metric(port, 'rollcall_events_pending');
   for (const state of ['waiting', 'active', 'delayed', 'prioritized'])
     n += await metric(port, 'rollcall_queue_depth', { state });
   return n === 0;

@@ -55,14 +55,9 @@ async function write(
     'policy status written',
   );
   // Events follow status changes only, so a re-run that changes nothing stays silent. They
-  // are best effort, as in Kubernetes: a lost Event is logged, never retried with the job.
+  // are best effort, as in Kubernetes: written after the run, a lost one is logged, never
+  // retried with the job.
   const regarding = { apiVersion: API_VERSION, kind: 'Policy', name, uid: policy.metadata.uid };
-  for (const event of decision.events) {
-    await ctx.kube
-      .event(regarding, event, ctx.now())
-      .catch((err: unknown) =>
-        ctx.log.warn({ err, reason: event.reason }, 'could not write Event'),
-      );
-  }
+  for (const event of decision.events) ctx.events.record(regarding, event, ctx.now());
   return done();
 }

@@ -4,6 +4,7 @@
 import type { Logger } from 'pino';
 import type { HandlerContext, Outcome } from '../queue/index.ts';
 import type { ProjectionStore } from '../projections/store.ts';
+import type { EventRecorder } from './event-recorder.ts';
 import type { KubeWriter } from './kube-writer.ts';
 
 /** The kinds the watcher watches. */
@@ -63,6 +64,8 @@ export type FunctionStage = 'read' | 'compute' | 'write';
 export interface FunctionContext extends HandlerContext {
   store: ProjectionStore;
   kube: KubeWriter;
+  /** Policy Events, written in the background (event-recorder.ts). */
+  events: EventRecorder;
   config: FunctionConfig;
   now(): Date;
   log: Logger;

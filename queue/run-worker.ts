@@ -51,6 +51,11 @@ export interface RunWorkerOptions {
   retention?: Partial<RetentionOptions>;
   /** On shutdown, how long active jobs may take to finish. Default 25 s (inside Kubernetes' 30 s). */
   shutdownGraceMs?: number;
+  /**
+   * On close, after the last job finished and before the worker's Redis connections close:
+   * work the jobs left behind that still needs the write gate (the Events of their runs).
+   */
+  afterJobs?: () => Promise<unknown>;
   /** Close on SIGTERM/SIGINT, then exit the process. Default true. */
   handleSignals?: boolean;
   /**
@@ -213,6 +218,7 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
       // own count), and an unforced close also waits out a fetch that is retrying after a
       // Redis error (seen: 30 s right after Redis came back).
       await worker.close(true);
+      await opts.afterJobs?.();
       await queue.close();
       for (const redis of [workerRedis, commands])
         await redis.quit().catch(() => redis.disconnect());

@@ -1,8 +1,11 @@
 // The roles rollcall runs as: watcher, worker, or both in one process (`rollcall run`).
 // Each is a thin shell wiring the pure functions to Kubernetes, Redis and HTTP.
 import { readFileSync } from 'node:fs';
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Logger } from 'pino';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { EventRecorder } from '../functions/event-recorder.ts';
 import { functions } from '../functions/index.ts';
+import type { KubeWriter } from '../functions/kube-writer.ts';
 import { certificateExpiryGauge } from '../functions/policyserver-metrics.ts';
 import { errorText } from '../kube/errors.ts';
 import type { FunctionContext } from '../functions/types.ts';
@@ -54,6 +57,44 @@ function stageTimer(registry: Registry): (fn: string) => FunctionContext['timed'
     } finally {
       end();
     }
+  };
+}
+
+/**
+ * The worker's background Event writer (functions/event-recorder.ts), its backlog and drops on
+ * /metrics. Made by the first run, with that run's KubeWriter: the write gate is the process's.
+ */
+function backgroundEvents(registry: Registry, logger: Logger) {
+  let recorder: EventRecorder | undefined;
+  const dropped = new Counter({
+    name: 'rollcall_events_dropped_total',
+    help: 'Policy Events dropped because the backlog of Events to write was full',
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'rollcall_events_pending',
+    help: 'Policy Events waiting to be written or being written',
+    registers: [registry],
+    collect() {
+      this.set(recorder?.pending ?? 0);
+    },
+  });
+  return {
+    of: (kube: KubeWriter): EventRecorder =>
+      (recorder ??= new EventRecorder({
+        write: ({ regarding, event, at }) => kube.event(regarding, event, at),
+        failed: ({ regarding, event }, err) =>
+          logger.warn(
+            { err, regarding: regarding.name, reason: event.reason },
+            'could not write Event',
+          ),
+        dropped: (_, first) => {
+          dropped.inc();
+          if (first)
+            logger.warn('too many Events to write: dropping new ones until they are written');
+        },
+      })),
+    drain: async (ms: number) => recorder?.drain(ms),
   };
 }
 
@@ -182,14 +223,17 @@ export async function startRoles(
       : undefined;
     const handlers: Record<string, Handler> = {};
     const timedFor = stageTimer(registry);
+    const recorder = backgroundEvents(registry, logger.child({ role: 'worker' }));
     for (const fn of functions) {
       const timed = timedFor(fn.name);
       handlers[fn.name] = (_key, ctx) => {
         memory.noteWork(1);
+        const kube = new KubeWriter(kc, ctx.acquireWriteToken, recordRequest);
         const fctx: FunctionContext = {
           ...ctx,
           store: projections,
-          kube: new KubeWriter(kc, ctx.acquireWriteToken, recordRequest),
+          kube,
+          events: recorder.of(kube),
           config: {
             namespace: config.namespace,
             webhookUrl: config.webhookUrl,
@@ -215,6 +259,7 @@ export async function startRoles(
       logger: logger.child({ role: 'worker' }),
       metrics: queueMetrics,
       handleSignals: false,
+      afterJobs: () => recorder.drain(3000), // inside the pod's 30 s, after the jobs' 25
     });
   }
 

@@ -141,7 +141,9 @@ export async function storm(bench: Bench, subject: Started): Promise<Storm> {
     log(`${(err as Error).message}; counted as > ${phaseTimeoutMs / 1000} s`);
   }
   const convergedPolicies = stormNames.filter(atEnd).length;
-  await recorder.quiet(2000); // trailing writes count too
+  await recorder.quiet(2000); // trailing writes count too, and Events still being written
+  const idleBy = performance.now() + phaseTimeoutMs;
+  while (!(await subject.idle()) && performance.now() < idleBy) await sleep(200);
   const c = diffCounts(c0, proxy.snapshot());
   const changes = recorder.changesSince(t0, (n) => n.startsWith('s'));
   const dataPlaneEvents = bench.dataPlaneWrites - w0;

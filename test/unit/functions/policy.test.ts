@@ -28,11 +28,12 @@ async function run(view: Omit<PolicyView, 'policyServer' | 'deployment' | 'repli
   };
   const kube = {
     patchStatus: async () => (writes.push('status'), true),
-    event: async () => void writes.push('event'),
   };
+  const events = { record: () => void writes.push('event') };
   const ctx = functionContext({
     store,
     kube,
+    events,
     enqueue: async (keys) => void enqueued.push(...keys),
   });
   await policy.handle(view.policy!.metadata.name, ctx);
