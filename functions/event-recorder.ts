@@ -28,7 +28,7 @@ export class EventRecorder {
   private readonly opts: Required<EventRecorderOptions>;
   private readonly backlog: PendingEvent[] = [];
   private writing = 0;
-  private idle: (() => void)[] = [];
+  private readonly idle: (() => void)[] = [];
   private overflowing = false;
 
   constructor(opts: EventRecorderOptions) {
