@@ -214,14 +214,14 @@ type PolicyViewReply = [
   entries?: (string | null)[],
 ];
 
-// One round trip for a policy run (every run of the policy and webhook functions reads this,
-// so round trips are most of their CPU). KEYS[1] is the synced marker: it routes the call on
-// a Cluster, where every projection shares its slot. ARGV: the projections' base, the Policy,
-// its webhook configuration, the Deployment names' prefix. The server comes from the stored
-// Policy (a Policy that does not decode returns alone: the caller reports it invalid). Pods
-// and ReplicaSets come by name, as the apiserver lists them (a hash's own order changes with
-// Redis' seed, and a core names the first pod it waits for). A pod whose report is not valid
-// has no report hash, so its entry reads nil.
+// One round trip for what every run of the policy and webhook functions reads first (three
+// MULTIs before: their commands and replies were most of the read's CPU). KEYS[1] is the
+// synced marker: it routes the call on a Cluster, where every projection shares its slot.
+// ARGV: the projections' base, the Policy, its webhook configuration, the Deployment names'
+// prefix. The server comes from the stored Policy (a Policy that does not decode returns
+// alone: the caller reports it invalid). Pods and ReplicaSets come by name, as the apiserver
+// lists them (a hash's own order changes with Redis' seed, and a core names the first pod it
+// waits for). A pod whose report is not valid has no report hash, so its entry reads nil.
 const readPolicyView = new RedisScript(`
 local base, name = ARGV[1], ARGV[2]
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
@@ -455,18 +455,17 @@ export class ProjectionStore {
     };
   }
 
-  /** One `read` of the report hash of each pod whose report is valid, in one round trip; by pod. */
-  private async fromValidReports<T>(
+  /** The entries of each pod whose report is valid, in one round trip; by pod. */
+  private async validReports(
     server: string,
     pods: readonly StoredPod[],
-    read: (tx: Transaction, hash: string) => void,
-  ): Promise<Map<string, T>> {
+  ): Promise<Map<string, Record<string, string>>> {
     const valid = pods.filter((p) => p.report.kind === 'valid').map((p) => p.metadata?.name ?? '');
     if (valid.length === 0) return new Map();
     const tx = this.redis.multi();
-    for (const pod of valid) read(tx, this.reportHash(server, pod));
+    for (const pod of valid) tx.hgetall(this.reportHash(server, pod));
     const results = (await tx.exec())!;
-    return new Map(valid.map((pod, i) => [pod, results[i]![1] as T]));
+    return new Map(valid.map((pod, i) => [pod, results[i]![1] as Record<string, string>]));
   }
 
   async policyServerView(
@@ -505,11 +504,7 @@ export class ProjectionStore {
     const stored = (await this.redis.hvals(this.hash('pod', server))).map(
       (v) => JSON.parse(v) as StoredPod,
     );
-    const reports = await this.fromValidReports<Record<string, string>>(
-      server,
-      stored,
-      (tx, hash) => tx.hgetall(hash),
-    );
+    const reports = await this.validReports(server, stored);
     return stored.map(({ report, ...pod }): ProjectedPod => {
       if (report.kind !== 'valid') return { ...pod, report };
       const entries = Object.entries(reports.get(pod.metadata?.name ?? '') ?? {});
