@@ -27,7 +27,7 @@ import {
   version,
 } from './context.ts';
 import { fanOut } from './phases/fan-out.ts';
-import { floor } from './phases/floor.ts';
+import { floor, latencyFloor } from './phases/floor.ts';
 import { latency } from './phases/latency.ts';
 import { memory } from './phases/memory.ts';
 import { scaleOut } from './phases/scale-out.ts';
@@ -48,8 +48,9 @@ if (process.argv.includes('--help')) {
   BENCH_NODE_OPTIONS adds Node options to rollcall's processes (e.g. --cpu-prof --cpu-prof-dir=DIR)
 phases, each against rollcall, rollcall --no-coalesce, the controller-runtime peer (bench/peer, built
 with Go on first use) and a polling reconciler: latency, storm;
-then the floor, memory, worker scale-out and fan-out; last, on a cluster of its own, admission
-latency of rollcall's webhook beside the same policy as a native ValidatingAdmissionPolicy.
+then the floors (the storm's writes; a single change's two writes), memory, worker scale-out
+and fan-out; last, on a cluster of its own, admission latency of rollcall's webhook beside the
+same policy as a native ValidatingAdmissionPolicy.
 Figures go to stdout and bench/out/*.json.`);
   process.exit(0);
 }
@@ -187,6 +188,10 @@ try {
   results.floor = floorFigures;
   bench.save();
   log(`floor: ${floorFigures.writes} status writes in ${floorFigures.seconds.toFixed(2)} s`);
+  const latencyFloorFigures = await latencyFloor(bench);
+  results.latencyFloor = latencyFloorFigures;
+  bench.save();
+  log(`latency floor: p50 ${latencyFloorFigures.p50.toFixed(0)} ms`);
 
   log(
     `memory: watcher and worker idle, then ${size.memPods} bare policy-server pods and ${size.memPolicies} policies`,
@@ -212,6 +217,7 @@ try {
     machine: results.machine,
     subjects: perSubject,
     floor: floorFigures,
+    latencyFloor: latencyFloorFigures,
     memory: memoryFigures,
     scaleOut: scale,
     fanOut: fanOutRows,

@@ -1,7 +1,7 @@
 // The figures of a bench run as a table on stdout (the same figures go to bench/out/*.json).
 import { cpus } from 'node:os';
 import { concurrency, phaseTimeoutMs, type Sizes } from './context.ts';
-import type { Floor } from './phases/floor.ts';
+import type { Floor, LatencyFloor } from './phases/floor.ts';
 import { flipTimeoutMs, type Latency } from './phases/latency.ts';
 import type { Memory } from './phases/memory.ts';
 import type { FanOutRow } from './phases/fan-out.ts';
@@ -21,6 +21,7 @@ export interface Figures {
   machine: unknown;
   subjects: Record<string, PerSubject>;
   floor: Floor;
+  latencyFloor: LatencyFloor;
   memory: Memory;
   scaleOut: ScaleOut[];
   fanOut: FanOutRow[];
@@ -32,6 +33,7 @@ export function printTable({
   machine,
   subjects: s,
   floor,
+  latencyFloor: lf,
   memory: m,
   scaleOut: scale,
   fanOut,
@@ -85,6 +87,9 @@ export function printTable({
   for (const r of rows) console.log(line(r));
   console.log(
     `3 floor: ${floor.writes} status writes + ${floor.events} Events, tight loop, concurrency ${concurrency}: ${floorS.toFixed(2)} s`,
+  );
+  console.log(
+    `1 floor: ${lf.flips} flips, each report write then its status write, seen through the watch: p50 ${fmt(lf.p50)} ms, p99 ${fmt(lf.p99)} ms`,
   );
   for (const n of names) {
     const b = s[n]!.latency.breakdown;
