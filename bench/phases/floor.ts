@@ -74,7 +74,7 @@ export async function latencyFloor(bench: Bench): Promise<LatencyFloor> {
     const status = structuredClone(recorder.latest.get(target)!.status!);
     const mark = `(floor ${i})`;
     for (const c of status.conditions ?? [])
-      c.message = `${c.message?.split(' (floor')[0]} ${mark}`;
+      c.message = `${(c.message ?? '').split(' (floor')[0]} ${mark}`;
     let seenAt = 0;
     const shown = () => {
       const seen = recorder.latest.get(target)?.status?.conditions?.[0]?.message?.endsWith(mark);

@@ -176,10 +176,10 @@ spec:
             - name: LOG_LEVEL
               value: {{ $.Values.logLevel | quote }}
             # V8 sized for the work, under the 512Mi limit: a small young generation (its
-            # default grows to 32 MiB semi-spaces on big nodes; a worker's runs allocate more
-            # than a watcher's events, so its semi-spaces are 8 MiB, the watcher's 2) and an
-            # old generation bound that makes V8 collect instead of growing. The bench runs
-            # rollcall with the same options as deploy/ (bench/support.ts).
+            # default grows to 32 MiB semi-spaces on big nodes; the worker's are 8 MiB, with
+            # which a storm takes 11-17 % less CPU than with the watcher's 2: bench/RESULTS.md)
+            # and an old generation bound that makes V8 collect instead of growing. The bench
+            # runs rollcall with the same options as deploy/ (bench/support.ts).
             - name: NODE_OPTIONS
               value: --max-semi-space-size={{ .semiSpaceMiB }} --max-old-space-size=256
             {{- include .env $ | trim | nindent 12 }}
