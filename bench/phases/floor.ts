@@ -8,6 +8,7 @@ import { API_VERSION } from '../../api/constants.ts';
 import { KubeWriter } from '../../functions/kube-writer.ts';
 import { concurrency, type Bench } from '../context.ts';
 import { percentile, pool } from '../support.ts';
+import { flipReport } from './latency.ts';
 
 export interface Floor {
   /** Status writes; as many Events were written. */
@@ -56,21 +57,13 @@ export async function floor(bench: Bench): Promise<Floor> {
 
 /** Each flip as phase 1 writes it, then its status written at once; timed until the watch shows it. */
 export async function latencyFloor(bench: Bench): Promise<LatencyFloor> {
-  const { recorder, latNames, generation } = bench;
+  const { recorder, latNames } = bench;
   const writer = proxiedWriter(bench);
   const [pod] = await bench.readyPods('lat', 3);
   const target = latNames[0]!;
   const samples: number[] = [];
   for (let i = 0; i < bench.size.flips; i++) {
-    const failing = i % 2 === 0;
-    const json = bench.report(
-      latNames,
-      generation.lat,
-      'Loaded',
-      failing
-        ? { [target]: { generation: generation.lat, state: 'Failed', message: `floor ${i}` } }
-        : {},
-    );
+    const { json } = flipReport(bench, i);
     const status = structuredClone(recorder.latest.get(target)!.status!);
     const mark = `(floor ${i})`;
     for (const c of status.conditions ?? [])

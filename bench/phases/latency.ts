@@ -66,9 +66,26 @@ function breakdownOf(a: StageTotals, b: StageTotals, meanMs: number): Latency['b
   return [...rows, { stage: 'rest: watch deliveries, queue bookkeeping', ms: meanMs - timed }];
 }
 
+/**
+ * Flip i's report from one replica: even flips fail the target policy (`lat-000`) with the
+ * message `flip i`, odd ones load it again. The single change's floor writes the same flips.
+ */
+export function flipReport(bench: Bench, i: number) {
+  const { latNames, generation } = bench;
+  const failing = i % 2 === 0;
+  const message = `flip ${i}`;
+  const json = bench.report(
+    latNames,
+    generation.lat,
+    'Loaded',
+    failing ? { [latNames[0]!]: { generation: generation.lat, state: 'Failed', message } } : {},
+  );
+  return { failing, message, json };
+}
+
 /** A subject with a `stagesPort` (rollcall) also gets the breakdown of the stages. */
 export async function latency(bench: Bench, subject: Started): Promise<Latency> {
-  const { proxy, recorder, latNames, generation } = bench;
+  const { proxy, recorder, latNames } = bench;
   const { runs, stagesPort: metricsPort } = subject;
   const cpu = () => cpuSeconds(subject.procs.map((p) => p.child.pid));
   const cpu0 = cpu();
@@ -81,14 +98,7 @@ export async function latency(bench: Bench, subject: Started): Promise<Latency> 
   let flips = 0;
   let timeouts = 0;
   for (let i = 0; i < bench.size.flips; i++) {
-    const failing = i % 2 === 0;
-    const message = `flip ${i}`;
-    const json = bench.report(
-      latNames,
-      generation.lat,
-      'Loaded',
-      failing ? { [target]: { generation: generation.lat, state: 'Failed', message } } : {},
-    );
+    const { failing, message, json } = flipReport(bench, i);
     let seenAt = 0;
     const shown = () => {
       const s = recorder.latest.get(target)?.status;
