@@ -33,7 +33,7 @@ const custom = kc.makeApiClient(CustomObjectsApi);
 const apps = kc.makeApiClient(AppsV1Api);
 const core = kc.makeApiClient(CoreV1Api);
 const admission = kc.makeApiClient(AdmissionregistrationV1Api);
-const writer = new KubeWriter(kc, async () => {});
+const writer = new KubeWriter(kc, (write) => write());
 const listCustom = async <T>(plural: string) =>
   (
     (await custom.listClusterCustomObject({

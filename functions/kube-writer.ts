@@ -25,6 +25,7 @@ import {
 } from '../api/constants.ts';
 import { policyRevisionSchema, type PolicyRevision } from '../api/v1alpha1.ts';
 import { statusCodeOf } from '../kube/errors.ts';
+import type { WriteGate } from '../queue/index.ts';
 
 /** Where PolicyRevisions live, for the custom-objects API. */
 const REVISIONS = { group: GROUP, version: VERSION, plural: 'policyrevisions' } as const;
@@ -51,7 +52,7 @@ export class KubeWriter {
   private readonly objects: KubernetesObjectApi;
   private readonly admission: AdmissionregistrationV1Api;
   private readonly events: EventsV1Api;
-  private readonly acquire: () => Promise<void>;
+  private readonly gate: WriteGate;
   private readonly record: RequestRecorder;
   /** Where Events about cluster-scoped objects go, as client-go's recorder does. */
   private readonly eventNamespace = 'default';
@@ -60,7 +61,7 @@ export class KubeWriter {
 
   constructor(
     kc: KubeConfig,
-    acquireWriteToken: () => Promise<void>,
+    gate: WriteGate,
     record: RequestRecorder = () => {},
     instance = `rollcall-${process.pid}`,
   ) {
@@ -68,16 +69,15 @@ export class KubeWriter {
     this.objects = KubernetesObjectApi.makeApiClient(kc);
     this.admission = kc.makeApiClient(AdmissionregistrationV1Api);
     this.events = kc.makeApiClient(EventsV1Api);
-    this.acquire = acquireWriteToken;
+    this.gate = gate;
     this.record = record;
     this.instance = instance;
     this.core = kc.makeApiClient(CoreV1Api);
   }
 
   private async write<T>(verb: string, call: () => Promise<T>): Promise<T> {
-    await this.acquire();
     try {
-      const result = await call();
+      const result = await this.gate(call);
       this.record(verb, 200);
       return result;
     } catch (err) {

@@ -28,6 +28,7 @@ export {
 export {
   WriteRateLimiter,
   defaultWriteRateLimit,
+  type WriteGate,
   type WriteRateLimitOptions,
 } from './rate-limiter.ts';
 export { QueueMetrics, type QueueMetricsOptions } from './metrics.ts';

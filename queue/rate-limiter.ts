@@ -1,11 +1,17 @@
 // The write gate shared by every worker process: a 429 from the API server pauses all writes
-// for its Retry-After. By default that is all: the apiserver's API Priority and Fairness
-// decides how fast writes go (as controller-runtime does since kubernetes-sigs/controller-runtime#3119).
+// for its Retry-After, and narrows the process's window of writes in flight (write-window.ts).
+// By default that is all: the apiserver's API Priority and Fairness decides how fast writes go
+// (as controller-runtime does since kubernetes-sigs/controller-runtime#3119).
 // An opt-in cap (`ratePerSecond`) adds one token bucket in Redis for all writes; time comes
 // from Redis (TIME) so that clocks of worker hosts do not matter.
 
+import { statusCodeOf } from '../kube/errors.ts';
 import { keyPrefix, type RedisClient } from './redis-client.ts';
 import { RedisScript } from './redis-script.ts';
+import { WriteWindow } from './write-window.ts';
+
+/** Sends one write to the Kubernetes API through the write gate. */
+export type WriteGate = <T>(write: () => Promise<T>) => Promise<T>;
 
 export interface WriteRateLimitOptions {
   /** Sustained writes per second across all workers; undefined (the default): no cap. */
@@ -61,6 +67,7 @@ return 0
 
 export class WriteRateLimiter {
   readonly opts: WriteRateLimitOptions;
+  readonly window = new WriteWindow();
   private readonly redis: RedisClient;
   /** Without a cap: the pause as last seen (epoch ms it ends), and when it was looked at. */
   private pausedUntil = 0;
@@ -95,13 +102,28 @@ export class WriteRateLimiter {
     );
   }
 
-  /** Waits for a write token. Call it before every write to the Kubernetes API. */
+  /** Waits for a write token (and the end of a pause). */
   async acquireWriteToken(signal?: AbortSignal): Promise<void> {
     for (;;) {
       signal?.throwIfAborted();
       const waitMs = await this.tryAcquire();
       if (waitMs <= 0) return;
       await new Promise<void>((resolve) => setTimeout(resolve, waitMs).unref?.());
+    }
+  }
+
+  /** Sends `write` once a token is had and the window has room; a 429 narrows the window. */
+  async write<T>(write: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    await this.acquireWriteToken(signal);
+    await this.window.enter(signal);
+    let throttled = false;
+    try {
+      return await write();
+    } catch (err) {
+      throttled = statusCodeOf(err) === 429;
+      throw err;
+    } finally {
+      this.window.leave(throttled);
     }
   }
 

@@ -9,7 +9,7 @@ import { parseKey, functionOf, type ParsedKey } from './key.ts';
 import { outcomeOfError } from './kube-errors.ts';
 import type { QueueMetrics } from './metrics.ts';
 import { describeOutcome, done, nextStep, terminal, type Next, type Outcome } from './outcome.ts';
-import { WriteRateLimiter, type WriteRateLimitOptions } from './rate-limiter.ts';
+import { WriteRateLimiter, type WriteGate, type WriteRateLimitOptions } from './rate-limiter.ts';
 import { WorkQueue, type JobData, type RetentionOptions } from './work-queue.ts';
 
 export interface HandlerContext {
@@ -19,8 +19,8 @@ export interface HandlerContext {
   log: Logger;
   /** Consecutive failures of this key before this run (0 normally). */
   failures: number;
-  /** Waits for a token of the shared Kubernetes write rate limit. Call before every write. */
-  acquireWriteToken(): Promise<void>;
+  /** Every write to the Kubernetes API goes through it: the shared pause, rate limit and window. */
+  writeGate: WriteGate;
   /** Aborted when shutdown's grace period runs out; the job will run again elsewhere. */
   signal: AbortSignal;
 }
@@ -152,7 +152,7 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
       object,
       log,
       failures,
-      acquireWriteToken: () => limiter.acquireWriteToken(shutdown.signal),
+      writeGate: (write) => limiter.write(write, shutdown.signal),
       signal: shutdown.signal,
     };
     try {

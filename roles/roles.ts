@@ -228,7 +228,7 @@ export async function startRoles(
       const timed = timedFor(fn.name);
       handlers[fn.name] = (_key, ctx) => {
         memory.noteWork(1);
-        const kube = new KubeWriter(kc, ctx.acquireWriteToken, recordRequest);
+        const kube = new KubeWriter(kc, ctx.writeGate, recordRequest);
         const fctx: FunctionContext = {
           ...ctx,
           store: projections,
@@ -260,6 +260,15 @@ export async function startRoles(
       metrics: queueMetrics,
       handleSignals: false,
       afterJobs: () => recorder.drain(3000), // inside the pod's 30 s, after the jobs' 25
+    });
+    const window = worker.limiter.window;
+    new Gauge({
+      name: 'rollcall_kube_write_window',
+      help: 'Writes to the Kubernetes API this worker sends at once, narrowed by 429s (+Inf: no limit)',
+      registers: [registry],
+      collect() {
+        this.set(window.size);
+      },
     });
   }
 

@@ -27,7 +27,7 @@ export interface LatencyFloor {
 function proxiedWriter(bench: Bench): KubeWriter {
   const kc = new KubeConfig();
   kc.loadFromFile(bench.proxy.kubeconfig);
-  return new KubeWriter(kc, async () => {});
+  return new KubeWriter(kc, (write) => write());
 }
 
 export async function floor(bench: Bench): Promise<Floor> {

@@ -89,6 +89,7 @@ describe('/metrics', () => {
       'rollcall_queue_adds_total',
       'rollcall_queue_coalesced_adds_total',
       'rollcall_kube_requests_total',
+      'rollcall_kube_write_window',
       'rollcall_policy_status_latency_seconds',
       'rollcall_watch_restarts_total',
       'rollcall_watch_relists_total',

@@ -30,7 +30,10 @@ test(
     assert.ok(holder === 'rel-a' || holder === 'rel-b', `unexpected holder ${holder}`);
     await watchers[holder === 'rel-a' ? 'a' : 'b'].kill();
     const killedAt = Date.now();
-    await s.storm(6); // nobody watches now: only the standby can notice these
+    // Nobody watches now: only the standby can notice these. The new Policy makes sure there
+    // is something to notice (a storm of no-op scales and deletes would converge without it).
+    await s.storm(6);
+    await s.createPolicy();
     // Lease duration (15 s) + a full relist and reconcile.
     await s.converge(45_000);
     const now = (await leases.readNamespacedLease({ name: 'rollcall-watcher', namespace })).spec
