@@ -169,7 +169,7 @@ try {
     const settleS = await settle(idle, tHeal);
     await recorder.quiet(1500);
     log(
-      `${subject.name}: every policy Ready, queue idle ${settleS.toFixed(1)} s after healing; single-change latency (${size.flips} flips)`,
+      `${subject.name}: every policy Ready, queue idle ${settleS.toFixed(1)} s after healing; single-change latency`,
     );
     const lat = await latency(bench, started);
     log(

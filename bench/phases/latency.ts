@@ -97,7 +97,7 @@ export async function latency(bench: Bench, subject: Started): Promise<Latency> 
   const samples: number[] = [];
   let flips = 0;
   let timeouts = 0;
-  for (let i = 0; i < bench.size.flips; i++) {
+  for (let i = 0; i < Math.min(bench.size.flips, subject.maxFlips ?? Infinity); i++) {
     const { failing, message, json } = flipReport(bench, i);
     let seenAt = 0;
     const shown = () => {
