@@ -112,12 +112,15 @@ export class WriteRateLimiter {
     }
   }
 
-  /** Sends `write` once a token is had and the window has room; a 429 narrows the window. */
+  /**
+   * Sends `write` once the window has room and then a token is had (so a write let into the
+   * window still waits out a pause that began meanwhile); a 429 narrows the window.
+   */
   async write<T>(write: () => Promise<T>, signal?: AbortSignal): Promise<T> {
-    await this.acquireWriteToken(signal);
     await this.window.enter(signal);
     let throttled = false;
     try {
+      await this.acquireWriteToken(signal);
       return await write();
     } catch (err) {
       throttled = statusCodeOf(err) === 429;

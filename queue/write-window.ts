@@ -3,8 +3,8 @@
 // widens it by 1/window (about one more per round of writes), and past `open` it is
 // unlimited again. Without it, the writes of every job parked by a pause all go out together
 // when it ends, APF rejects all but a seat's worth, and its Retry-After grows with the
-// rejections (kubernetes/kubernetes#117547): up to 32 s where one write at a time is never
-// rejected.
+// rejections (kubernetes/kubernetes#117547), to 32 s in a test where one write at a time
+// fits the priority level's single seat.
 
 export class WriteWindow {
   /** The window: writes allowed in flight; Infinity when open. */
