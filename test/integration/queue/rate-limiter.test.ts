@@ -81,3 +81,27 @@ test('without a cap (the default) writes never wait, until a pause', async () =>
     await redis.quit();
   }
 });
+
+test('a write answered 429 narrows the window of writes in flight; other errors do not', async () => {
+  const redis = new Redis(redisUrl());
+  const limiter = new WriteRateLimiter(redis, { key: `${uniquePrefix('window')}:writes` });
+  const fail = (code: number) => () =>
+    Promise.reject(Object.assign(new Error(`${code}`), { code }));
+  try {
+    const slow = () => new Promise((r) => setTimeout(r, 50));
+    const writes = [...Array(8)].map(() => limiter.write(slow));
+    await new Promise((r) => setTimeout(r, 10));
+    await assert.rejects(limiter.write(fail(500)));
+    assert.equal(limiter.window.size, Infinity, 'a 500 is no sign of overload');
+    await assert.rejects(limiter.write(fail(429)));
+    assert.equal(
+      limiter.window.size,
+      4,
+      'half of the 9 in flight when it was answered, rounded down',
+    );
+    await Promise.all(writes);
+    assert.equal(limiter.window.inFlight, 0);
+  } finally {
+    await redis.quit();
+  }
+});
