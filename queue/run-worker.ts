@@ -94,7 +94,28 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
   });
   const limiter = new WriteRateLimiter(commands, { ...opts.rateLimit });
   const shutdown = new AbortController();
-  const inflight = new Set<Promise<unknown>>();
+  // A run is in flight until its job has left BullMQ's active list: BullMQ moves it only after
+  // the processor returns, and a forced close before that move skips it, leaving the job active
+  // until a stall check re-runs it. BullMQ reports the move as 'completed' or 'failed'; a job
+  // moved to delayed left in processJob; a move that fails (Redis away, lock lost) reports
+  // nothing, so a finished run waits for it at most a second.
+  const inflight = new Map<string, { left: Promise<void>; leave(): void }>();
+  function track(id: string, run: Promise<void>): void {
+    const { promise, resolve } = Promise.withResolvers<void>();
+    const entry = {
+      left: promise,
+      leave() {
+        resolve();
+        if (inflight.get(id) === entry) inflight.delete(id);
+      },
+    };
+    inflight.set(id, entry);
+    const waitForMove = () => setTimeout(entry.leave, 1000).unref();
+    run.then(waitForMove, (err: unknown) =>
+      err instanceof DelayedError ? entry.leave() : waitForMove(),
+    );
+  }
+  const leftActive = (id: string | undefined) => id !== undefined && inflight.get(id)?.leave();
 
   async function processJob(job: Job<JobData>, token: string | undefined): Promise<void> {
     const key = job.data.key;
@@ -167,8 +188,8 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
     queue.name,
     (job, token) => {
       const run = processJob(job, token);
-      inflight.add(run);
-      return run.finally(() => inflight.delete(run));
+      track(job.id!, run);
+      return run;
     },
     {
       connection: workerRedis,
@@ -188,12 +209,14 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
     },
   );
   worker.on('error', (err) => logger.error({ err }, 'worker error'));
-  worker.on('failed', (job, err) =>
+  worker.on('completed', (job) => leftActive(job.id));
+  worker.on('failed', (job, err) => {
+    leftActive(job?.id);
     logger.warn(
       { function: job?.name, key: job?.data.key, jobId: job?.id, reason: err.message },
       'job failed',
-    ),
-  );
+    );
+  });
   worker.on('stalled', (jobId) =>
     logger.warn({ jobId }, 'job stalled (its worker died or blocked); it runs again'),
   );
@@ -203,10 +226,16 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
     (closing ??= (async () => {
       removeSignalHandlers();
       await worker.pause(true); // stop taking jobs
-      const finished = await Promise.race([
-        Promise.allSettled([...inflight]).then(() => true),
-        new Promise<false>((resolve) => setTimeout(resolve, graceMs, false).unref()),
-      ]);
+      // A job BullMQ had fetched before the pause still starts: wait until none is left.
+      const deadline = Date.now() + graceMs;
+      let finished = true;
+      while (finished && inflight.size > 0)
+        finished = await Promise.race([
+          Promise.all([...inflight.values()].map((run) => run.left)).then(() => true),
+          new Promise<false>((resolve) =>
+            setTimeout(resolve, deadline - Date.now(), false).unref(),
+          ),
+        ]);
       if (!finished) {
         logger.warn(
           { active: inflight.size },
