@@ -98,7 +98,7 @@ export async function runWorker(opts: RunWorkerOptions): Promise<RunningWorker> 
   // the processor returns, and a forced close before that move skips it, leaving the job active
   // until a stall check re-runs it. BullMQ reports the move as 'completed' or 'failed'; a job
   // moved to delayed left in processJob; a move that fails (Redis away, lock lost) reports
-  // nothing, so a finished run waits for it at most a second.
+  // nothing, so a finished run waits for it at most a second (then its entry goes too).
   const inflight = new Map<string, { left: Promise<void>; leave(): void }>();
   function track(id: string, run: Promise<void>): void {
     const { promise, resolve } = Promise.withResolvers<void>();
