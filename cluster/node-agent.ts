@@ -7,7 +7,9 @@
 //   and a process that exits gets its pod deleted so that its ReplicaSet replaces it.
 // - kube-proxy: an HTTP CONNECT proxy on a Unix socket. The apiserver's `cluster` egress goes
 //   through it, so a webhook that names a Service arrives as `CONNECT <clusterIP>:<port>`
-//   and is piped to a Ready pod's process on loopback (round robin per connection).
+//   and goes to a Ready pod's process (round robin per connection): handed over to it on its
+//   IPC channel when it takes connections so (a policy server does), else piped to its port
+//   on loopback.
 //
 // `cluster up` starts it as `node cluster/node-agent.ts <cluster dir>`; it reads the rest from
 // the cluster's state.json and writes what it runs to <dir>/node-agent.json.
@@ -27,11 +29,12 @@ import {
 } from 'node:fs';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import { request as httpsRequest, type RequestOptions } from 'node:https';
-import { connect, type Socket } from 'node:net';
+import { connect, Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { KubeConfig, KubernetesObject } from '@kubernetes/client-node';
 import { DEFAULT_POLICY_SERVER_IMAGE } from '../api/constants.ts';
+import { handover } from '../policy-server/https-server.ts';
 import { PooledKubeConfig } from '../roles/kube-config.ts';
 import { Reflector, type ReflectorLogger } from '../watcher/reflector.ts';
 import { fakeNodeName, readState } from './cluster.ts';
@@ -109,6 +112,8 @@ interface PodRuntime {
   phase: ContainerPhase;
   child?: ChildProcess;
   port?: number;
+  /** Its process takes connections handed over on its IPC channel (it said so). */
+  takesConnections?: boolean;
   probe: ProbeSpec;
   successes: number;
   failures: number;
@@ -332,11 +337,16 @@ export class NodeAgent {
     const child = spawn(spec.command, spec.args, {
       cwd: repoRoot,
       env: spec.env,
-      stdio: ['ignore', fd, fd],
+      stdio: ['ignore', fd, fd, 'ipc'],
     });
     closeSync(fd);
     rt.child = child;
     rt.port = port;
+    rt.takesConnections = false;
+    child.on('message', (message) => {
+      if (message === handover.ready) rt.takesConnections = true;
+    });
+    child.channel?.unref();
     rt.phase = {
       state: 'running',
       startedAt: apiTime(new Date()),
@@ -582,7 +592,7 @@ export class NodeAgent {
     void reflector?.stop();
   }
 
-  /** kube-proxy: pipes a CONNECT from the apiserver to a Ready pod's process on loopback. */
+  /** kube-proxy: takes a CONNECT from the apiserver to a Ready pod's process (handed over or piped). */
   #connect(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on('error', () => socket.destroy());
     // The reason is the status line's phrase too: the apiserver puts only the status line into
@@ -606,6 +616,16 @@ export class NodeAgent {
     const turn = this.#turns.get(chosen.key) ?? 0;
     this.#turns.set(chosen.key, turn + 1);
     const backend = pick(chosen.candidates, turn);
+    const rt = [...this.#runtimes.values()].find(
+      (r) => r.pod.metadata.namespace === backend.namespace && r.pod.metadata.name === backend.name,
+    );
+    if (
+      rt?.takesConnections &&
+      rt.child?.connected &&
+      head.length === 0 &&
+      socket instanceof Socket
+    )
+      return this.#handOver(socket, rt.child);
     // Only ever loopback: the backend's port is a process this agent started. noDelay: a request
     // that arrives as two TLS records must not wait for the first one's delayed ACK (~40 ms
     // stalls, bench/RESULTS.md "Where rollcall's time goes").
@@ -631,6 +651,21 @@ export class NodeAgent {
       refuse(502, `pod ${backend.namespace}/${backend.name}: ${err.message}`);
     });
     socket.on('close', close);
+  }
+
+  /**
+   * Hands the apiserver's socket to the pod's process, so that no byte of the connection
+   * passes through the agent. Reading stops before the 200 goes out: the TLS handshake the
+   * apiserver sends next waits in the kernel for the process, not in the agent's buffers.
+   */
+  #handOver(socket: Socket, child: ChildProcess): void {
+    (socket as unknown as { _handle?: { readStop(): number } })._handle?.readStop();
+    socket.write('HTTP/1.1 200 Connection established\r\n\r\n', (err) => {
+      if (err) return socket.destroy();
+      child.send(handover.connection, socket, (sendErr) => {
+        if (sendErr) socket.destroy();
+      });
+    });
   }
 
   #backends(): Backend[] {

@@ -5,6 +5,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
+import { Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { MAX_REVIEW_BYTES, parseValidatePath, review, type AdmissionDeps } from './admission.ts';
 import type { Readiness } from './lifecycle.ts';
@@ -29,6 +30,30 @@ export interface PolicyHttpsServer {
   close(graceMs?: number): Promise<void>;
 }
 
+/**
+ * The messages of the IPC channel a parent may open to hand connections over (the local
+ * cluster's node agent does: its kube-proxy passes the apiserver's socket on rather than
+ * copying bytes between two sockets, as kube-proxy leaves forwarding to the kernel).
+ */
+export const handover = {
+  /** Sent to the parent once the server listens: it may hand connections over now. */
+  ready: 'rollcall.dev/takes-connections',
+  /** Sent by the parent with the socket, which is then this server's connection. */
+  connection: 'rollcall.dev/connection',
+} as const;
+
+/** Takes connections handed over on the IPC channel, when there is one. */
+function takeHandedConnections(server: Server): void {
+  if (!process.send || !process.channel) return;
+  process.on('message', (message: unknown, socket: unknown) => {
+    if (message === handover.connection && socket instanceof Socket)
+      server.emit('connection', socket);
+  });
+  // The channel must not keep the process alive once the server has closed.
+  process.channel.unref();
+  process.send(handover.ready);
+}
+
 export async function startHttpsServer(options: HttpsServerOptions): Promise<PolicyHttpsServer> {
   const server = createServer({}, (req, res) => {
     handle(req, res, options).catch((err: unknown) => {
@@ -51,6 +76,7 @@ export async function startHttpsServer(options: HttpsServerOptions): Promise<Pol
       resolve();
     });
   });
+  takeHandedConnections(server);
   const address = server.address();
   return {
     server,

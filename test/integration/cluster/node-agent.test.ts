@@ -1,6 +1,6 @@
 // The local node agent runs a real `rollcall policy-server` process per pod of rollcall's
-// image on the fake node, probes it into Ready, proxies CONNECTs from the apiserver's
-// `cluster` egress to it, stops it with its pod, replaces a pod whose process died, and
+// image on the fake node, probes it into Ready, hands it the CONNECTs from the apiserver's
+// `cluster` egress, stops it with its pod, replaces a pod whose process died, and
 // leaves nothing behind after `cluster down`.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -180,19 +180,13 @@ function tlsHandshake(socket: Socket, ca: Buffer): Promise<void> {
 }
 
 /**
- * Established TCP connections to a local port, the fewest of three looks 100 ms apart: the
- * agent's readiness probes open short connections of their own.
+ * Tunnels (connections accepted on the agent's proxy socket) that process `pid` holds open:
+ * `ss -x` lists a socket under each process that has it.
  */
-async function connectionsTo(port: number): Promise<number> {
-  const counts: number[] = [];
-  for (let i = 0; i < 3; i++) {
-    if (i > 0) await sleep(100);
-    const out = execFileSync('ss', ['-Htn', 'state', 'established', `( sport = :${port} )`], {
-      encoding: 'utf8',
-    });
-    counts.push(out.split('\n').filter(Boolean).length);
-  }
-  return Math.min(...counts);
+function tunnelsHeldBy(pid: number, proxySocket: string): number {
+  const out = execFileSync('ss', ['-Hxp', 'state', 'established'], { encoding: 'utf8' });
+  return out.split('\n').filter((l) => l.includes(` ${proxySocket} `) && l.includes(`pid=${pid},`))
+    .length;
 }
 
 before(async () => {
@@ -271,7 +265,8 @@ test("a CONNECT to the Service's cluster IP reaches a process, which presents th
     assert.equal(await httpsGetOver(tunnel.socket, ca, '/readyz'), 'HTTP/1.1 200 OK');
   }
 
-  // Round robin per connection: two tunnels held open land on the two processes, one each.
+  // Round robin per connection: two tunnels held open land on the two processes, one each,
+  // handed over: the agent keeps none of them (no byte passes through it, as with kube-proxy).
   const held: Socket[] = [];
   try {
     for (let i = 0; i < 2; i++) {
@@ -279,10 +274,13 @@ test("a CONNECT to the Service's cluster IP reaches a process, which presents th
       held.push(tunnel.socket);
       await tlsHandshake(tunnel.socket, ca);
     }
-    const ports = Object.values(agentPods(cluster.dir)).map((p) => p.port);
-    const counts: number[] = [];
-    for (const port of ports) counts.push(await connectionsTo(port));
-    assert.deepEqual(counts, [1, 1]);
+    const agentPid = readNodeAgentState(cluster.dir)!.pid;
+    const pids = Object.values(agentPods(cluster.dir)).map((p) => p.pid);
+    const holders = () => [agentPid, ...pids].map((pid) => tunnelsHeldBy(pid, proxySocket));
+    await until('the tunnels handed over', () => holders().join() === '0,1,1', 5_000).catch(
+      () => {},
+    );
+    assert.deepEqual(holders(), [0, 1, 1], 'tunnels held by the agent, then by each process');
   } finally {
     for (const socket of held) socket.destroy();
   }
