@@ -31,7 +31,7 @@ import { floor, latencyFloor } from './phases/floor.ts';
 import { latency } from './phases/latency.ts';
 import { memory } from './phases/memory.ts';
 import { scaleOut } from './phases/scale-out.ts';
-import { storm } from './phases/storm.ts';
+import { storm, stormDataPlaneAlone } from './phases/storm.ts';
 import { ensurePeer } from './peer-build.ts';
 import { settle, subjects } from './subjects.ts';
 import { benchDir, pool, sleep } from './support.ts';
@@ -48,7 +48,8 @@ if (process.argv.includes('--help')) {
   BENCH_NODE_OPTIONS adds Node options to rollcall's processes (e.g. --cpu-prof --cpu-prof-dir=DIR)
 phases, each against rollcall, rollcall --no-coalesce, the controller-runtime peer (bench/peer, built
 with Go on first use) and a polling reconciler: latency, storm;
-then the floors (the storm's writes; a single change's two writes), memory, worker scale-out
+then the storm's data plane alone, the floors (the storm's writes; a single change's two
+writes), memory, worker scale-out
 and fan-out; last, on a cluster of its own, admission latency of rollcall's webhook beside the
 same policy as a native ValidatingAdmissionPolicy.
 Figures go to stdout and bench/out/*.json.`);
@@ -184,6 +185,11 @@ try {
   }
   results.subjects = perSubject;
 
+  log('storm data plane alone: the same report and spec writes, no subject running');
+  const stormDataPlaneS = await stormDataPlaneAlone(bench);
+  results.stormDataPlaneS = stormDataPlaneS;
+  log(`storm data plane alone: ${stormDataPlaneS.toFixed(1)} s`);
+
   const floorFigures = await floor(bench);
   results.floor = floorFigures;
   bench.save();
@@ -217,6 +223,7 @@ try {
     machine: results.machine,
     subjects: perSubject,
     floor: floorFigures,
+    stormDataPlaneS,
     latencyFloor: latencyFloorFigures,
     memory: memoryFigures,
     scaleOut: scale,

@@ -21,6 +21,8 @@ export interface Figures {
   machine: unknown;
   subjects: Record<string, PerSubject>;
   floor: Floor;
+  /** The storm's data plane played with no subject running (phases/storm.ts). */
+  stormDataPlaneS: number;
   latencyFloor: LatencyFloor;
   memory: Memory;
   scaleOut: ScaleOut[];
@@ -33,6 +35,7 @@ export function printTable({
   machine,
   subjects: s,
   floor,
+  stormDataPlaneS,
   latencyFloor: lf,
   memory: m,
   scaleOut: scale,
@@ -87,10 +90,17 @@ export function printTable({
   console.log(`\nrollcall bench (${quick ? 'quick' : 'full'}), ${JSON.stringify(machine)}`);
   for (const r of rows) console.log(line(r));
   console.log(
-    `3 floor: ${floor.writes} status writes + ${floor.events} Events, tight loop, concurrency ${concurrency}: ${floorS.toFixed(2)} s`,
+    `3 floor: ${floor.writes} status writes + ${floor.events} Events, tight loop, concurrency ${concurrency}: ${floorS.toFixed(2)} s (the status writes alone: ${floor.statusSeconds.toFixed(2)} s)`,
+  );
+  const least = stormDataPlaneS + floor.statusSeconds;
+  console.log(
+    `3 storm data plane alone (no subject): ${fmt(stormDataPlaneS, 1)} s; with the status writes alone after its last report: ${fmt(least, 1)} s = ${fmt(least / floorS, 2)}× the floor, the least a controller that wrote nothing before then could take`,
   );
   console.log(
     `1 floor: ${lf.flips} flips, each report write then its status write, seen through the watch: p50 ${fmt(lf.p50)} ms, p99 ${fmt(lf.p99)} ms`,
+  );
+  console.log(
+    `1 floor with the report seen through a pod watch before the status write (${lf.watched.flips} flips, interleaved): p50 ${fmt(lf.watched.p50)} ms, p99 ${fmt(lf.watched.p99)} ms`,
   );
   for (const n of names) {
     const b = s[n]!.latency.breakdown;

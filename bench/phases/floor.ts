@@ -1,12 +1,14 @@
 // Phase 3, the fair floors. The storm's: every write it requires (one final status write and
 // one Event per policy) in a tight loop with rollcall's client and concurrency, through the
-// same proxy, no rate limit. A single change's: the flip's report write and then the status
+// same proxy, no rate limit; then the status writes alone once more. A single change's: the flip's report write and then the status
 // write it leads to, back to back, seen through the same watch: what any controller needs at
-// least, with no watch delivery to it and no work in between.
-import { KubeConfig } from '@kubernetes/client-node';
-import { API_VERSION } from '../../api/constants.ts';
+// least, with no watch delivery to it and no work in between; and, interleaved with it, the
+// same with the status write sent only once a watch of the pod shows the report: what a
+// controller that learns of the report from a watch needs at least.
+import { KubeConfig, Watch, type V1Pod } from '@kubernetes/client-node';
+import { API_VERSION, REPORT_ANNOTATION } from '../../api/constants.ts';
 import { KubeWriter } from '../../functions/kube-writer.ts';
-import { concurrency, type Bench } from '../context.ts';
+import { concurrency, namespace, type Bench } from '../context.ts';
 import { percentile, pool } from '../support.ts';
 import { flipReport } from './latency.ts';
 
@@ -15,12 +17,16 @@ export interface Floor {
   writes: number;
   events: number;
   seconds: number;
+  /** The status writes alone, once more in a pass of their own: what convergence waits for. */
+  statusSeconds: number;
 }
 
 export interface LatencyFloor {
   flips: number;
   p50: number;
   p99: number;
+  /** The same, each status write sent once a watch of the pod shows its report. */
+  watched: { flips: number; p50: number; p99: number };
 }
 
 /** rollcall's writer, through the bench's counting proxy. */
@@ -51,35 +57,96 @@ export async function floor(bench: Bench): Promise<Floor> {
       new Date(),
     );
   });
+  const seconds = (performance.now() - t0) / 1000;
+  const t1 = performance.now();
+  await pool(bench.stormNames, concurrency, (n) => {
+    const status = structuredClone(bench.recorder.latest.get(n)!.status!);
+    for (const c of status.conditions ?? []) c.message = `${c.message} (statuses alone)`;
+    return writer.patchStatus('policies', n, status, undefined);
+  });
   const n = bench.stormNames.length;
-  return { writes: n, events: n, seconds: (performance.now() - t0) / 1000 };
+  return { writes: n, events: n, seconds, statusSeconds: (performance.now() - t1) / 1000 };
 }
 
-/** Each flip as phase 1 writes it, then its status written at once; timed until the watch shows it. */
+/**
+ * Each flip as phase 1 writes it, then its status written at once (`direct`) or once a watch
+ * of the pod shows the report (`watched`); timed until the Policy watch shows the status. The
+ * two alternate every two flips, so that each write changes the report and drift hits both.
+ */
 export async function latencyFloor(bench: Bench): Promise<LatencyFloor> {
   const { recorder, latNames } = bench;
   const writer = proxiedWriter(bench);
   const [pod] = await bench.readyPods('lat', 3);
   const target = latNames[0]!;
-  const samples: number[] = [];
-  for (let i = 0; i < bench.size.flips; i++) {
-    const { json } = flipReport(bench, i);
-    const status = structuredClone(recorder.latest.get(target)!.status!);
-    const mark = `(floor ${i})`;
-    for (const c of status.conditions ?? [])
-      c.message = `${(c.message ?? '').split(' (floor')[0]} ${mark}`;
-    let seenAt = 0;
-    const shown = () => {
-      const seen = recorder.latest.get(target)?.status?.conditions?.[0]?.message?.endsWith(mark);
-      if (seen && seenAt === 0) seenAt = performance.now();
-      return seen ?? false;
-    };
-    const t0 = performance.now();
-    await bench.writeReport(pod!, json);
-    await writer.patchStatus('policies', target, status, undefined);
-    await recorder.until(shown, 60_000, `floor flip ${i} of ${target}`);
-    samples.push(seenAt - t0);
+  const podWatch = await watchReport(bench.kc, pod!);
+  const direct: number[] = [];
+  const watched: number[] = [];
+  try {
+    for (let i = 0; i < 2 * bench.size.flips; i++) {
+      const throughWatch = ((i >> 1) & 1) === 1;
+      const { json } = flipReport(bench, i);
+      const status = structuredClone(recorder.latest.get(target)!.status!);
+      const mark = `(floor ${i})`;
+      for (const c of status.conditions ?? [])
+        c.message = `${(c.message ?? '').split(' (floor')[0]} ${mark}`;
+      let seenAt = 0;
+      const shown = () => {
+        const seen = recorder.latest.get(target)?.status?.conditions?.[0]?.message?.endsWith(mark);
+        if (seen && seenAt === 0) seenAt = performance.now();
+        return seen ?? false;
+      };
+      const t0 = performance.now();
+      await bench.writeReport(pod!, json);
+      if (throughWatch) await podWatch.until(json, `floor flip ${i}: the pod watch`);
+      await writer.patchStatus('policies', target, status, undefined);
+      await recorder.until(shown, 60_000, `floor flip ${i} of ${target}`);
+      (throughWatch ? watched : direct).push(seenAt - t0);
+    }
+  } finally {
+    podWatch.stop();
   }
-  samples.sort((a, b) => a - b);
-  return { flips: samples.length, p50: percentile(samples, 50), p99: percentile(samples, 99) };
+  const figures = (samples: number[]) => {
+    samples.sort((a, b) => a - b);
+    return { flips: samples.length, p50: percentile(samples, 50), p99: percentile(samples, 99) };
+  };
+  return { ...figures(direct), watched: figures(watched) };
+}
+
+/** A watch of one pod's report annotation, from the bench's own connection. */
+async function watchReport(kc: KubeConfig, pod: string) {
+  let report: string | undefined;
+  let waiter: { json: string; resolve(): void } | undefined;
+  let stopped = false;
+  let controller: AbortController | undefined;
+  const start = async (): Promise<void> => {
+    controller = await new Watch(kc).watch(
+      `/api/v1/namespaces/${namespace}/pods`,
+      { fieldSelector: `metadata.name=${pod}`, allowWatchBookmarks: true },
+      (_phase, obj: V1Pod) => {
+        report = obj.metadata?.annotations?.[REPORT_ANNOTATION] ?? report;
+        if (waiter && waiter.json === report) waiter.resolve();
+      },
+      () => {
+        if (!stopped) void start().catch(() => setTimeout(() => void start(), 500));
+      },
+    );
+  };
+  await start();
+  return {
+    /** Resolves once the watch has shown `json`. */
+    until(json: string, what: string): Promise<void> {
+      if (report === json) return Promise.resolve();
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(
+          () => reject(new Error(`timed out after 60 s waiting for ${what}`)),
+          60_000,
+        );
+        waiter = { json, resolve: () => (clearTimeout(timer), (waiter = undefined), resolve()) };
+      });
+    },
+    stop() {
+      stopped = true;
+      controller?.abort();
+    },
+  };
 }

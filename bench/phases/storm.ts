@@ -1,6 +1,7 @@
 // Phase 2, the storm: a rolling replacement of every pod of server `storm` (each new pod
 // reports Loading, then Loaded), then a new generation of every policy that fails on one
-// replica; timed until every policy shows the expected end state, with the API traffic.
+// replica; timed until every policy shows the expected end state, with the API traffic. Played
+// once more with no subject running, it gives the data plane's own time.
 import {
   concurrency,
   group,
@@ -39,17 +40,20 @@ export interface Storm {
   failedPod: string;
 }
 
-export async function storm(bench: Bench, subject: Started): Promise<Storm> {
-  const { proxy, recorder, stormNames } = bench;
-  const { runs } = subject;
-  const cpu = () => cpuSeconds(subject.procs.map((p) => p.child.pid));
-  await recorder.quiet(1000);
-  const redisCpu = () => (subject.redisPid ? cpuSeconds([subject.redisPid]) : NaN);
-  const cpu0 = cpu();
-  const redisCpu0 = redisCpu();
-  const c0 = proxy.snapshot();
-  const r0 = await runs();
-  const w0 = bench.dataPlaneWrites;
+/** When the storm's data plane started and wrote its last report, and what it left. */
+export interface StormPlayed {
+  t0: number;
+  tData: number;
+  gen: number;
+  failedPod: string;
+}
+
+/**
+ * The storm's data plane and user, as the bench plays them: the rolling replacement with its
+ * reports, the new generation of every policy, then its reports (the failing one last).
+ */
+export async function playStorm(bench: Bench): Promise<StormPlayed> {
+  const { stormNames } = bench;
   const t0 = performance.now();
   const old = new Set(await bench.readyPods('storm', 3));
 
@@ -117,7 +121,32 @@ export async function storm(bench: Bench, subject: Started): Promise<Storm> {
           : {},
       ),
     );
-  const tData = performance.now();
+  return { t0, tData: performance.now(), gen, failedPod };
+}
+
+/**
+ * The storm's data plane with no subject running. The failing report comes last and changes
+ * every policy's status and Ready condition, so no controller converges sooner than this plus
+ * the floor's writes (one status write and one Event per policy).
+ */
+export async function stormDataPlaneAlone(bench: Bench): Promise<number> {
+  await bench.recorder.quiet(1000);
+  const { t0, tData } = await playStorm(bench);
+  return (tData - t0) / 1000;
+}
+
+export async function storm(bench: Bench, subject: Started): Promise<Storm> {
+  const { proxy, recorder, stormNames } = bench;
+  const { runs } = subject;
+  const cpu = () => cpuSeconds(subject.procs.map((p) => p.child.pid));
+  await recorder.quiet(1000);
+  const redisCpu = () => (subject.redisPid ? cpuSeconds([subject.redisPid]) : NaN);
+  const cpu0 = cpu();
+  const redisCpu0 = redisCpu();
+  const c0 = proxy.snapshot();
+  const r0 = await runs();
+  const w0 = bench.dataPlaneWrites;
+  const { t0, tData, gen, failedPod } = await playStorm(bench);
 
   let tConverged = 0;
   const atEnd = (n: string) => {
