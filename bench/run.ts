@@ -49,9 +49,8 @@ if (process.argv.includes('--help')) {
 phases, each against rollcall, rollcall --no-coalesce, the controller-runtime peer (bench/peer, built
 with Go on first use) and a polling reconciler: latency, storm;
 then the storm's data plane alone, the floors (the storm's writes; a single change's two
-writes), memory, worker scale-out
-and fan-out; last, on a cluster of its own, admission latency of rollcall's webhook beside the
-same policy as a native ValidatingAdmissionPolicy.
+writes), memory, worker scale-out and fan-out; last, on a cluster of its own, admission latency
+of rollcall's webhook beside the same policy as a native ValidatingAdmissionPolicy.
 Figures go to stdout and bench/out/*.json.`);
   process.exit(0);
 }

@@ -1,10 +1,10 @@
 // Phase 3, the fair floors. The storm's: every write it requires (one final status write and
 // one Event per policy) in a tight loop with rollcall's client and concurrency, through the
-// same proxy, no rate limit; then the status writes alone once more. A single change's: the flip's report write and then the status
-// write it leads to, back to back, seen through the same watch: what any controller needs at
-// least, with no watch delivery to it and no work in between; and, interleaved with it, the
-// same with the status write sent only once a watch of the pod shows the report: what a
-// controller that learns of the report from a watch needs at least.
+// same proxy, no rate limit; then the status writes alone once more. A single change's: the
+// flip's report write and then the status write it leads to, back to back, seen through the
+// same watch: what any controller needs at least, with no watch delivery to it and no work in
+// between; and, interleaved with it, the same with the status write sent only once a watch of
+// the pod shows the report: what a controller that learns of the report from a watch needs.
 import { KubeConfig, Watch, type V1Pod } from '@kubernetes/client-node';
 import { API_VERSION, REPORT_ANNOTATION } from '../../api/constants.ts';
 import { KubeWriter } from '../../functions/kube-writer.ts';

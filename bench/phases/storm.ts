@@ -126,8 +126,8 @@ export async function playStorm(bench: Bench): Promise<StormPlayed> {
 
 /**
  * The storm's data plane with no subject running. The failing report comes last and changes
- * every policy's status and Ready condition, so no controller converges sooner than this plus
- * the floor's writes (one status write and one Event per policy).
+ * every policy's status, so no controller converges sooner than this plus the floor's status
+ * writes alone.
  */
 export async function stormDataPlaneAlone(bench: Bench): Promise<number> {
   await bench.recorder.quiet(1000);
