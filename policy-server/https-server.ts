@@ -42,16 +42,32 @@ export const handover = {
   connection: 'rollcall.dev/connection',
 } as const;
 
+/**
+ * Connections handed over and still open (`server.close()` waits only for the ones it
+ * accepted itself); `onClose` runs after each one closes.
+ */
+interface HandedConnections {
+  open: Set<Socket>;
+  onClose?: () => void;
+}
+
 /** Takes connections handed over on the IPC channel, when there is one. */
-function takeHandedConnections(server: Server): void {
-  if (!process.send || !process.channel) return;
+function takeHandedConnections(server: Server): HandedConnections {
+  const handed: HandedConnections = { open: new Set() };
+  if (!process.send || !process.channel) return handed;
   process.on('message', (message: unknown, socket: unknown) => {
-    if (message === handover.connection && socket instanceof Socket)
-      server.emit('connection', socket);
+    if (message !== handover.connection || !(socket instanceof Socket)) return;
+    handed.open.add(socket);
+    socket.once('close', () => {
+      handed.open.delete(socket);
+      handed.onClose?.();
+    });
+    server.emit('connection', socket);
   });
   // The channel must not keep the process alive once the server has closed.
   process.channel.unref();
   process.send(handover.ready);
+  return handed;
 }
 
 export async function startHttpsServer(options: HttpsServerOptions): Promise<PolicyHttpsServer> {
@@ -76,7 +92,7 @@ export async function startHttpsServer(options: HttpsServerOptions): Promise<Pol
       resolve();
     });
   });
-  takeHandedConnections(server);
+  const handed = takeHandedConnections(server);
   const address = server.address();
   return {
     server,
@@ -87,9 +103,16 @@ export async function startHttpsServer(options: HttpsServerOptions): Promise<Pol
         // Requests in flight get their answer; idle keep-alive connections (the apiserver
         // keeps them) close now, and whatever is left after the grace period is cut.
         const timer = setTimeout(() => server.closeAllConnections(), graceMs);
-        server.close(() => {
+        let listening = true;
+        const closed = () => {
+          if (listening || handed.open.size > 0) return;
           clearTimeout(timer);
           resolve();
+        };
+        handed.onClose = closed;
+        server.close(() => {
+          listening = false;
+          closed();
         });
         server.closeIdleConnections();
       }),

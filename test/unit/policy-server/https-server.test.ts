@@ -1,6 +1,8 @@
 // The HTTPS listener in-process: probes, the body cap, metrics, and a certificate swapped the
-// way Kubernetes updates a Secret volume (a new `..data` symlink), picked up without a restart.
+// way Kubernetes updates a Secret volume (a new `..data` symlink), picked up without a restart;
+// and in a process of its own, connections handed over on its IPC channel.
 import assert from 'node:assert/strict';
+import { fork, type ChildProcess } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import {
   mkdirSync,
@@ -12,28 +14,34 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { Agent } from 'node:https';
+import { createServer as createNetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { pino } from 'pino';
 import { ensurePki, issueCertificate } from '../../../cluster/pki.ts';
-import { startHttpsServer, type PolicyHttpsServer } from '../../../policy-server/https-server.ts';
+import {
+  handover,
+  startHttpsServer,
+  type PolicyHttpsServer,
+} from '../../../policy-server/https-server.ts';
 import { PolicyServerMetrics } from '../../../policy-server/metrics.ts';
 import { TlsReloader } from '../../../policy-server/tls.ts';
 import { callLocal, httpsRequest } from '../../support/https.ts';
+import { loadedTarget, slowServerOptions } from './fixtures/slow-server.ts';
 
-/** What the fake admission core serves: one loaded policy, whatever the path names. */
-const loadedTarget = () => ({
-  kind: 'loaded' as const,
-  key: 'u/1',
-  spec: {
-    settings: {},
-    timeoutSeconds: 5,
-    mode: 'protect',
-    failurePolicy: 'Fail',
-  } as never,
-  code: {},
-});
+/** Resolves when `child` sends `message` (listen before causing it). */
+function said(child: ChildProcess, message: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onMessage = (m: unknown) => {
+      if (m !== message) return;
+      child.off('message', onMessage);
+      resolve();
+    };
+    child.on('message', onMessage);
+    child.once('exit', (code) => reject(new Error(`exited (${code}) before saying ${message}`)));
+  });
+}
 
 describe('the HTTPS server', () => {
   const dir = mkdtempSync(join(tmpdir(), 'rollcall-ps-tls-'));
@@ -155,20 +163,7 @@ describe('the HTTPS server', () => {
   });
 
   test('on close, a request in flight still gets its answer', async () => {
-    const slow = await startHttpsServer({
-      port: 0,
-      address: '127.0.0.1',
-      logger: pino({ level: 'silent' }),
-      metrics: new PolicyServerMetrics(),
-      readiness: () => ({ ready: true, detail: '' }),
-      admission: {
-        target: loadedTarget,
-        evaluate: async () => {
-          await new Promise((r) => setTimeout(r, 300));
-          return { kind: 'verdict', verdict: { allowed: true } };
-        },
-      },
-    });
+    const slow = await startHttpsServer(slowServerOptions());
     slow.setCertificate({
       cert: readFileSync(join(tlsDir, 'tls.crt')),
       key: readFileSync(join(tlsDir, 'tls.key')),
@@ -183,6 +178,51 @@ describe('the HTTPS server', () => {
     const closed = slow.close();
     assert.equal((await answer).status, 200);
     await closed;
+  });
+
+  test('takes connections handed over on its IPC channel, and on close answers their requests in flight first', async () => {
+    const child = fork(
+      join(import.meta.dirname, 'fixtures', 'handover-server.ts'),
+      [join(tlsDir, 'tls.crt'), join(tlsDir, 'tls.key')],
+      { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+    );
+    const socketPath = join(dir, 'handover.sock');
+    // As the node agent does: nothing is read here, the process gets the socket as it came.
+    const parent = createNetServer({ pauseOnConnect: true }, (socket) =>
+      child.send(handover.connection, socket),
+    );
+    try {
+      const announced = said(child, handover.ready);
+      await said(child, 'certificate set');
+      await announced;
+      await new Promise<void>((resolve) => parent.listen(socketPath, resolve));
+      const order: string[] = [];
+      const evaluating = said(child, 'evaluating');
+      const answer = httpsRequest(
+        {
+          socketPath,
+          method: 'POST',
+          path: '/validate/p/1',
+          ca,
+          checkServerIdentity: () => undefined, // the certificate names 127.0.0.1, not a socket
+          agent: false,
+        },
+        JSON.stringify({
+          apiVersion: 'admission.k8s.io/v1',
+          kind: 'AdmissionReview',
+          request: { uid: 'r' },
+        }),
+      ).then((res) => (order.push('answered'), res));
+      await evaluating;
+      const closed = said(child, 'closed').then(() => order.push('closed'));
+      child.send('close');
+      const [res] = await Promise.all([answer, closed]);
+      assert.equal(res.status, 200);
+      assert.deepEqual(order, ['answered', 'closed']);
+    } finally {
+      parent.close();
+      child.kill();
+    }
   });
 
   test('serves a rotated certificate without a restart', async () => {
