@@ -616,9 +616,7 @@ export class NodeAgent {
     const turn = this.#turns.get(chosen.key) ?? 0;
     this.#turns.set(chosen.key, turn + 1);
     const backend = pick(chosen.candidates, turn);
-    const rt = [...this.#runtimes.values()].find(
-      (r) => r.pod.metadata.namespace === backend.namespace && r.pod.metadata.name === backend.name,
-    );
+    const rt = this.#runtimes.get(`${backend.namespace}/${backend.name}`);
     if (
       rt?.takesConnections &&
       rt.child?.connected &&
