@@ -85,7 +85,7 @@ async function pass(): Promise<void> {
     });
     if (isDeepStrictEqual(decision.status, policy.status)) return;
     await writer
-      .patchStatus('policies', policy.metadata.name, decision.status, policy.status)
+      .patchStatus('policies', policy.metadata.name, decision.status, policy)
       .catch(() => {});
     const regarding = {
       apiVersion: API_VERSION,

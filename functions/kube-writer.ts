@@ -88,21 +88,24 @@ export class KubeWriter {
 
   /**
    * Replaces the status of a cluster-scoped rollcall object with `status`. A merge patch keeps
-   * fields it does not mention, so fields of `previous` that `status` lacks (another writer's,
-   * or a served generation that ended) are removed explicitly with null. False when the object
-   * is gone.
+   * fields it does not mention, so fields of the status `read` had that `status` lacks (another
+   * writer's, or a served generation that ended) are removed explicitly with null. With `read`'s
+   * resourceVersion the write is conditional: `status` was computed, and its Events chosen,
+   * against that version. False when nothing was written: the object is gone, or it changed
+   * since it was read (its watch event brings a newer read).
    */
   async patchStatus(
     plural: 'policies' | 'policyservers',
     name: string,
     status: object,
-    previous: object | undefined,
+    read: { metadata?: { resourceVersion?: string }; status?: object } | undefined,
   ): Promise<boolean> {
     const removed = Object.fromEntries(
-      Object.keys(previous ?? {})
+      Object.keys(read?.status ?? {})
         .filter((k) => !(k in status))
         .map((k) => [k, null]),
     );
+    const resourceVersion = read?.metadata?.resourceVersion;
     try {
       await this.write('patch', () =>
         this.custom.patchClusterCustomObjectStatus(
@@ -111,15 +114,18 @@ export class KubeWriter {
             version: VERSION,
             plural,
             name,
-            body: { status: { ...removed, ...status } },
+            body: {
+              ...(resourceVersion === undefined ? {} : { metadata: { resourceVersion } }),
+              status: { ...removed, ...status },
+            },
           },
           setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
         ),
       );
       return true;
     } catch (err) {
-      // Deleted since the projection was read: there is no status left to write.
-      if (statusCodeOf(err) === 404) return false;
+      const code = statusCodeOf(err);
+      if (code === 404 || (code === 409 && resourceVersion !== undefined)) return false;
       throw err;
     }
   }

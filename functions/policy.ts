@@ -48,8 +48,9 @@ async function write(
   decision: PolicyDecision,
   ctx: FunctionContext,
 ): Promise<Outcome> {
-  if (!(await ctx.kube.patchStatus('policies', name, decision.status, policy.status)))
-    return done();
+  // Conditional on the version read: a projection that lags behind the last write would
+  // otherwise repeat that write's Events.
+  if (!(await ctx.kube.patchStatus('policies', name, decision.status, policy))) return done();
   ctx.log.info(
     { summary: decision.status.summary, ready: decision.status.ready },
     'policy status written',

@@ -104,11 +104,11 @@ export const policyServer: ReconcileFunction = {
       ctx.log.warn({ note: warning }, 'serving certificate expires soon');
     }
     if (!isDeepStrictEqual(plan.status, server.status)) {
-      await ctx.kube.patchStatus('policyservers', name, plan.status, server.status);
-      ctx.log.info(
-        { summary: plan.status.summary, ready: plan.status.ready },
-        'policy server status written',
-      );
+      if (await ctx.kube.patchStatus('policyservers', name, plan.status, server))
+        ctx.log.info(
+          { summary: plan.status.summary, ready: plan.status.ready },
+          'policy server status written',
+        );
     }
     // A key waits at most once: every run must ask for its TLS re-run again.
     return recheckAt === undefined ? done() : requeueAfter(renewalDelayMs(recheckAt, ctx.now()));

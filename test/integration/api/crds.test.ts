@@ -5,6 +5,8 @@ import { after, before, describe, test } from 'node:test';
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
 import { kubectl } from '../../../cluster/cluster.ts';
+import type { Policy } from '../../../api/v1alpha1.ts';
+import { KubeWriter } from '../../../functions/kube-writer.ts';
 import { installCrds } from '../../../roles/install-crds.ts';
 import { testCluster, testKubeConfig, uniqueName } from '../../support/kube.ts';
 
@@ -91,6 +93,25 @@ describe('the rollcall CRDs on the apiserver', () => {
       /MESSAGE[\s\S]*generation 1 loaded on 2\/3 replicas/,
     );
     assert.match(run('get', 'pol', policy), new RegExp(policy), 'short name pol');
+  });
+
+  test('a status written against an older resourceVersion is refused, not applied', async () => {
+    const custom = kc.makeApiClient(CustomObjectsApi);
+    const read = (await custom.getClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural: 'policies',
+      name: policy,
+    })) as Policy;
+    const writer = new KubeWriter(kc, (write) => write());
+    const status = (ready: string) => ({ ...read.status, ready });
+    assert.equal(await writer.patchStatus('policies', policy, status('3/3'), read), true);
+    // `read` is now one version behind, as a lagging projection would be.
+    assert.equal(await writer.patchStatus('policies', policy, status('1/3'), read), false);
+    assert.match(
+      run('get', 'policies', policy),
+      new RegExp(`^${policy}\\s+\\S+\\s+monitor\\s+3/3\\s`, 'm'),
+    );
   });
 
   test('a spec change bumps the generation', () => {

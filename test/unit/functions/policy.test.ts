@@ -14,7 +14,10 @@ import {
 import { functionContext } from '../../fixtures/function-context.ts';
 
 /** One run of the policy function on a view; what it enqueued and wrote. */
-async function run(view: Omit<PolicyView, 'policyServer' | 'deployment' | 'replicaSets'>) {
+async function run(
+  view: Omit<PolicyView, 'policyServer' | 'deployment' | 'replicaSets'>,
+  statusWritten = true,
+) {
   const { server, deployment, replicaSet } = aServerWithDeployment();
   const enqueued: string[] = [];
   const writes: string[] = [];
@@ -27,7 +30,7 @@ async function run(view: Omit<PolicyView, 'policyServer' | 'deployment' | 'repli
     }),
   };
   const kube = {
-    patchStatus: async () => (writes.push('status'), true),
+    patchStatus: async () => (writes.push('status'), statusWritten),
   };
   const events = { record: () => void writes.push('event') };
   const ctx = functionContext({
@@ -69,4 +72,12 @@ describe('the policy function enqueues the webhook only when the readiness moves
     });
     assert.deepEqual(enqueued, []);
   });
+});
+
+test('a status write refused (the Policy changed since it was read) records no Event', async () => {
+  const loaded = aPolicy();
+  const pods = threePods(reportOf(loaded.metadata.name, 4, 'Loaded'));
+  const reports = reportsFromPods(pods, loaded.metadata.name);
+  const { writes } = await run({ policy: loaded, pods, reports, webhook: undefined }, false);
+  assert.deepEqual(writes, ['status']);
 });
