@@ -5,7 +5,8 @@ import { createRedisClient, type RedisClient } from './redis-client.ts';
 
 /**
  * - `producer`: enqueues (watcher, CLI). Fails fast while Redis is away instead of queueing
- *   commands in memory: the watcher re-enqueues every key after a reconnect anyway.
+ *   commands in memory: the watcher re-enqueues every key after a reconnect anyway. (A Cluster
+ *   client keeps its offline queue: see redis-client.ts.)
  * - `worker`: BullMQ workers block on Redis and must retry forever
  *   (`maxRetriesPerRequest: null` is required by BullMQ).
  */

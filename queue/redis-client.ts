@@ -48,9 +48,13 @@ function clientFor(target: RedisTarget, options: RedisOptions): RedisClient {
     }
     case 'cluster': {
       const { nodes, username, password } = target;
-      const { enableOfflineQueue, enableReadyCheck, ...perNode } = options;
+      // The Cluster keeps its offline queue even for a producer: without it, ioredis (5.11)
+      // can reject one command of a MULTI during a failover after queueing the others on a
+      // node without ever writing them, and that MULTI never settles (measured: one in two
+      // failovers under load; a watcher write or a fan-out job hung for good). Commands to a
+      // dead primary still fail after the Cluster's redirections, within about 2 s.
+      const { enableOfflineQueue: _, enableReadyCheck, ...perNode } = options;
       return new Cluster(nodes, {
-        ...(enableOfflineQueue === undefined ? {} : { enableOfflineQueue }),
         ...(enableReadyCheck === undefined ? {} : { enableReadyCheck }),
         redisOptions: {
           ...perNode,
