@@ -48,11 +48,11 @@ function clientFor(target: RedisTarget, options: RedisOptions): RedisClient {
     }
     case 'cluster': {
       const { nodes, username, password } = target;
-      // The Cluster keeps its offline queue even for a producer: without it, ioredis (5.11)
-      // can reject one command of a MULTI during a failover after queueing the others on a
-      // node without ever writing them, and that MULTI never settles (measured: one in two
-      // failovers under load; a watcher write or a fan-out job hung for good). Commands to a
-      // dead primary still fail after the Cluster's redirections, within about 2 s.
+      // The Cluster keeps its offline queue even for a producer: without it, a failover under
+      // load often left a MULTI's commands queued on a live node, never written nor answered,
+      // so the MULTI never settled (ioredis 5.11; a watcher write or a fan-out job hung for
+      // good; test/integration/queue/cluster-failover.test.ts). Commands to a dead primary
+      // still fail after the Cluster's redirections, within about 2 s.
       const { enableOfflineQueue: _, enableReadyCheck, ...perNode } = options;
       return new Cluster(nodes, {
         ...(enableReadyCheck === undefined ? {} : { enableReadyCheck }),
