@@ -42,32 +42,20 @@ export const handover = {
   connection: 'rollcall.dev/connection',
 } as const;
 
-/**
- * Connections handed over and still open (`server.close()` waits only for the ones it
- * accepted itself); `onClose` runs after each one closes.
- */
-interface HandedConnections {
-  open: Set<Socket>;
-  onClose?: () => void;
-}
-
-/** Takes connections handed over on the IPC channel, when there is one. */
-function takeHandedConnections(server: Server): HandedConnections {
-  const handed: HandedConnections = { open: new Set() };
-  if (!process.send || !process.channel) return handed;
+/** Takes connections handed over on the IPC channel, when there is one; returns the open ones. */
+function takeHandedConnections(server: Server): Set<Socket> {
+  const open = new Set<Socket>();
+  if (!process.send || !process.channel) return open;
   process.on('message', (message: unknown, socket: unknown) => {
     if (message !== handover.connection || !(socket instanceof Socket)) return;
-    handed.open.add(socket);
-    socket.once('close', () => {
-      handed.open.delete(socket);
-      handed.onClose?.();
-    });
+    open.add(socket);
+    socket.once('close', () => open.delete(socket));
     server.emit('connection', socket);
   });
   // The channel must not keep the process alive once the server has closed.
   process.channel.unref();
   process.send(handover.ready);
-  return handed;
+  return open;
 }
 
 export async function startHttpsServer(options: HttpsServerOptions): Promise<PolicyHttpsServer> {
@@ -103,16 +91,13 @@ export async function startHttpsServer(options: HttpsServerOptions): Promise<Pol
         // Requests in flight get their answer; idle keep-alive connections (the apiserver
         // keeps them) close now, and whatever is left after the grace period is cut.
         const timer = setTimeout(() => server.closeAllConnections(), graceMs);
-        let listening = true;
-        const closed = () => {
-          if (listening || handed.open.size > 0) return;
-          clearTimeout(timer);
-          resolve();
-        };
-        handed.onClose = closed;
         server.close(() => {
-          listening = false;
-          closed();
+          // server.close waits only for the connections it accepted itself: then for these.
+          const handedClosed = [...handed].map((s) => new Promise((r) => s.once('close', r)));
+          void Promise.all(handedClosed).then(() => {
+            clearTimeout(timer);
+            resolve();
+          });
         });
         server.closeIdleConnections();
       }),

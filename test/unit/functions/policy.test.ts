@@ -43,10 +43,12 @@ async function run(
   return { enqueued, writes };
 }
 
+/** A Policy at generation 4 that every replica loaded. */
+const loaded = aPolicy();
+const pods = threePods(reportOf(loaded.metadata.name, 4, 'Loaded'));
+const reports = reportsFromPods(pods, loaded.metadata.name);
+
 describe('the policy function enqueues the webhook only when the readiness moves it', () => {
-  const loaded = aPolicy();
-  const pods = threePods(reportOf(loaded.metadata.name, 4, 'Loaded'));
-  const reports = reportsFromPods(pods, loaded.metadata.name);
   const { server } = aServerWithDeployment();
   const serving = (generation: number) =>
     buildWebhookConfiguration(aPolicy({ generation }), server, { namespace: NAMESPACE }, 'Q0EK');
@@ -75,9 +77,6 @@ describe('the policy function enqueues the webhook only when the readiness moves
 });
 
 test('a status write refused (the Policy changed since it was read) records no Event', async () => {
-  const loaded = aPolicy();
-  const pods = threePods(reportOf(loaded.metadata.name, 4, 'Loaded'));
-  const reports = reportsFromPods(pods, loaded.metadata.name);
   const { writes } = await run({ policy: loaded, pods, reports, webhook: undefined }, false);
   assert.deepEqual(writes, ['status']);
 });
