@@ -31,7 +31,7 @@ function clientFor(target: RedisTarget, options: RedisOptions): RedisClient {
       return new Redis(target.url, options);
     case 'sentinel': {
       const { sentinels, name, username, password, sentinelPassword, db } = target;
-      return closingSentinelSubscriptions(
+      return followingFailovers(
         new Redis({
           ...options,
           sentinels,
@@ -67,14 +67,40 @@ function clientFor(target: RedisTarget, options: RedisOptions): RedisClient {
 }
 
 /**
- * ioredis 5 leaves the failover detector's Sentinel subscriptions open after `quit()` (ioredis
- * issue 1362), which keeps the process from exiting; `disconnect()` closes them. So every
- * client that ends disconnects too, and so do its duplicates (BullMQ's blocking connections).
+ * A Sentinel client that rollcall did not close connects again when it ends. ioredis 5.11 ends
+ * one for good when a failover is announced (+switch-master) while the client asks a Sentinel
+ * for the primary: the detector closes the connector under that pending connect, which gives
+ * up with "Connection is closed" and status `end`, refusing every later command. It fits a CI
+ * run in which no Policy got a status after a failover; sentinel-failover.test.ts shows it.
+ *
+ * A client that is closed disconnects after `end` too: ioredis leaves the failover detector's
+ * Sentinel subscriptions open after `quit()` (ioredis issue 1362), which keeps the process from
+ * exiting. Both hold for the client's duplicates (BullMQ's blocking connections).
  */
-function closingSentinelSubscriptions(client: Redis): Redis {
-  client.once('end', () => client.disconnect());
-  const duplicate = client.duplicate.bind(client);
-  client.duplicate = (override) => closingSentinelSubscriptions(duplicate(override));
+function followingFailovers(client: Redis): Redis {
+  let closing = false;
+  const { connect, quit, disconnect, duplicate } = client;
+  client.connect = (callback) => {
+    // Reopened (BullMQ does so with a blocking connection); ioredis' own reconnects come from
+    // `reconnecting` and keep a close asked for meanwhile.
+    if (client.status === 'end') closing = false;
+    return connect.call(client, callback);
+  };
+  client.quit = (callback) => {
+    closing = true;
+    return quit.call(client, callback);
+  };
+  client.disconnect = (reconnect = false) => {
+    if (!reconnect) closing = true;
+    disconnect.call(client, reconnect);
+  };
+  client.duplicate = (override) => followingFailovers(duplicate.call(client, override));
+  client.on('end', () => {
+    if (closing) client.disconnect();
+    // After the other listeners have seen `end`: one may close it, or connect it itself.
+    else
+      setImmediate(() => !closing && client.status === 'end' && client.connect().catch(() => {}));
+  });
   return client;
 }
 

@@ -1,7 +1,7 @@
 // Runs rollcall as real processes (the same commands the image runs) against the test
 // cluster and Redis, and gives tests handles to stop, kill and restart them.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdirSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -29,6 +29,8 @@ export interface RollcallProcess {
   stop(): Promise<void>;
   /** SIGKILL: the process dies mid-whatever. */
   kill(): Promise<void>;
+  /** What it logged at warn and above since it started, oldest first: for failure messages. */
+  problems(): { time: number; line: string }[];
 }
 
 /**
@@ -41,7 +43,9 @@ export function startRollcall(
   { db, env = {} }: { db: number; env?: Record<string, string> },
 ): RollcallProcess {
   mkdirSync(logDir, { recursive: true });
-  const log = createWriteStream(join(logDir, `${name}.log`), { flags: 'a' });
+  const logFile = join(logDir, `${name}.log`);
+  const logStart = existsSync(logFile) ? statSync(logFile).size : 0;
+  const log = createWriteStream(logFile, { flags: 'a' });
   const child = spawn(process.execPath, [join(repoRoot, 'cli', 'rollcall.ts'), ...args], {
     cwd: repoRoot,
     env: {
@@ -60,7 +64,48 @@ export function startRollcall(
     if (child.exitCode === null && child.signalCode === null) child.kill(sig);
     await exited;
   };
-  return { name, child, stop: () => signal('SIGTERM'), kill: () => signal('SIGKILL') };
+  const problems = () =>
+    readFileSync(logFile)
+      .subarray(logStart)
+      .toString()
+      .split('\n')
+      .flatMap((text) => {
+        const entry = parseLogLine(text);
+        if (!entry || entry.level < 40) return [];
+        const err = typeof entry.err === 'string' ? entry.err : (entry.err?.message ?? '');
+        return [{ time: entry.time, line: `${name}: ${entry.msg ?? ''} ${err}`.slice(0, 300) }];
+      });
+  return { name, child, stop: () => signal('SIGTERM'), kill: () => signal('SIGKILL'), problems };
+}
+
+function parseLogLine(
+  text: string,
+): { level: number; time: number; msg?: string; err?: string | { message?: string } } | undefined {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined; // a stack trace or other plain output
+  }
+}
+
+/**
+ * The last `count` distinct warnings and errors of `procs`, in the order each was last logged,
+ * one per line with how often it was.
+ */
+export function lastProblems(procs: readonly RollcallProcess[], count = 25): string {
+  const seen = new Map<string, { time: number; times: number }>();
+  for (const { time, line } of procs.flatMap((p) => p.problems())) {
+    const before = seen.get(line);
+    seen.set(line, { time: Math.max(time, before?.time ?? 0), times: (before?.times ?? 0) + 1 });
+  }
+  return [...seen]
+    .sort(([, a], [, b]) => a.time - b.time)
+    .slice(-count)
+    .map(([line, { time, times }]) => {
+      const at = new Date(time).toISOString().slice(11, 23);
+      return `${at} ${line}${times > 1 ? ` (×${times})` : ''}`;
+    })
+    .join('\n  ');
 }
 
 /** A rollcall process with an HTTP server, and the URL of a path on it. */

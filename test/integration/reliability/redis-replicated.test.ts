@@ -32,12 +32,30 @@ import {
 import { testCluster, testKubeConfig } from '../../support/kube.ts';
 import { waitFor } from '../../support/poll.ts';
 import { metric } from '../../support/prom-text.ts';
-import { deleteRollcallObjects, ensureNamespace } from '../../support/rollcall.ts';
+import { deleteRollcallObjects, ensureNamespace, lastProblems } from '../../support/rollcall.ts';
 
 const kc = testKubeConfig();
 const namespace = 'rel-redis-ha';
 const lock = ['--job-lock-ms', '2000'];
 const lostWrites = { reason: 'redis lost writes' };
+
+/** The rollcall processes of the test running now. */
+let running: Processes | undefined;
+
+/** A test body whose failure also quotes the last warnings and errors rollcall logged. */
+function quotingLogs(body: (t: TestContext) => Promise<void>) {
+  return async (t: TestContext) => {
+    try {
+      await body(t);
+    } catch (err) {
+      if (!(err instanceof Error) || !running) throw err;
+      const logged = lastProblems(running.all);
+      throw new Error(`${err.message}\nrollcall's last warnings and errors:\n  ${logged}`, {
+        cause: err,
+      });
+    }
+  };
+}
 
 /**
  * rollcall's watcher (with an HTTP port: /readyz, /metrics) and the simulator on `redis`, plus
@@ -52,6 +70,7 @@ async function startOn(
   await ensureNamespace(kc, namespace); // the watcher's Lease lives there
   const port = await freePort();
   const procs = new Processes(namespace, { REDIS_URL: redis.url });
+  running = procs;
   after(async () => {
     await procs.stopAll();
     await redis.stop();
@@ -75,7 +94,7 @@ describe('rollcall on Redis Sentinel', () => {
   test(
     'the primary SIGKILLed mid-storm: a replica takes over, no update is lost, no rebuild',
     { timeout: 240_000 },
-    async (t: TestContext) => {
+    quotingLogs(async (t: TestContext) => {
       const group = await startSentinelGroup({ dir: join(testCluster().dir, 'rel-sentinel') });
       const { port, readyz } = await startOn(group);
       const oldPrimary = `127.0.0.1:${group.servers[0]!.port}`;
@@ -123,13 +142,13 @@ describe('rollcall on Redis Sentinel', () => {
       // failover to a replica still syncing may lose some: then a rebuild is right.)
       if (failovers === 1)
         assert.equal(await metric(port, 'rollcall_watcher_rebuilds_total', lostWrites), 0);
-    },
+    }),
   );
 
   test(
     'a failover to replicas that missed writes: the watcher sees the lower count and rebuilds',
     { timeout: 240_000 },
-    async () => {
+    quotingLogs(async () => {
       const group = await startSentinelGroup({ dir: join(testCluster().dir, 'rel-sentinel-lag') });
       const { procs, port, worker } = await startOn(group, { separateWorker: true });
       const s = new Scenario(kc, namespace, seedFromEnv());
@@ -152,14 +171,14 @@ describe('rollcall on Redis Sentinel', () => {
         (await metric(port, 'rollcall_watcher_rebuilds_total', lostWrites)) >= 1,
         'the watcher rebuilt the projections of the primary that lost writes',
       );
-    },
+    }),
   );
 });
 
 test(
   'a storm on a 3-primary Redis Cluster converges to the model, also across a failover of its slot',
   { timeout: 240_000 },
-  async (t: TestContext) => {
+  quotingLogs(async (t: TestContext) => {
     const cluster = await startRedisCluster({
       dir: join(testCluster().dir, 'rel-cluster'),
       replicas: 1,
@@ -222,5 +241,5 @@ test(
     );
     assert.equal(await metric(port, 'rollcall_redis_primary', { address: newPrimary }), 1);
     assert.equal(await metric(port, 'rollcall_redis_failovers_total'), 1);
-  },
+  }),
 );
