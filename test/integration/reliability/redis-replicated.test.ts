@@ -39,7 +39,7 @@ const namespace = 'rel-redis-ha';
 const lock = ['--job-lock-ms', '2000'];
 const lostWrites = { reason: 'redis lost writes' };
 
-/** The rollcall processes of the test running now. */
+/** The rollcall processes of the test running now (none between tests). */
 let running: Processes | undefined;
 
 /** A test body whose failure also quotes the last warnings and errors rollcall logged. */
@@ -72,6 +72,7 @@ async function startOn(
   const procs = new Processes(namespace, { REDIS_URL: redis.url });
   running = procs;
   after(async () => {
+    running = undefined;
     await procs.stopAll();
     await redis.stop();
     await deleteRollcallObjects(kc);
