@@ -47,17 +47,16 @@ test(
     const old = group.servers[0]!.port;
     process.kill(asked!.pid, 'SIGSTOP');
     await group.servers[0]!.kill();
-    let primary = old;
-    await waitFor(
+    // The port the two others name once they have promoted a replica (waitFor returns it).
+    const primary = await waitFor(
       async () => {
-        const addr = (await redisCommand(
+        const [, port] = (await redisCommand(
           other!.port,
           'SENTINEL',
           'GET-MASTER-ADDR-BY-NAME',
           group.masterName,
         )) as string[];
-        primary = Number(addr[1]);
-        return primary !== old;
+        return Number(port) !== old && Number(port);
       },
       30_000,
       'the two answering Sentinels to promote a replica',
