@@ -18,6 +18,13 @@ export const REPORT_MAX_BYTES = 192 * 1024;
 /** Longest `message` a replica may put in one report entry. */
 export const REPORT_MESSAGE_MAX_CHARS = 1024;
 
+/**
+ * Namespaces every webhook rollcall writes excludes besides rollcall's own, unless the worker's
+ * `--protected-namespaces` says otherwise: what keeps the control plane (kube-system) and the
+ * nodes' heartbeats (kube-node-lease) alive.
+ */
+export const DEFAULT_PROTECTED_NAMESPACES: readonly string[] = ['kube-system', 'kube-node-lease'];
+
 /** Label on every policy-server Deployment, Service and pod: its PolicyServer's name. */
 export const POLICY_SERVER_LABEL = 'rollcall.dev/policy-server';
 /** Label on every webhook configuration: the Policy it enforces. */

@@ -18,6 +18,7 @@
  *
  * | situation                                           | readiness               | webhook              |
  * |-----------------------------------------------------|-------------------------|----------------------|
+ * | its rules reach GUARDED_RESOURCES (webhook-core.ts) | Stalled  InterceptsClusterCriticalResources | keep if served, else absent |
  * | PolicyServer missing                                | Stalled  PolicyServerNotFound | keep           |
  * | its Deployment missing / not ours                   | Reconciling PolicyServerNotDeployed | keep     |
  * | no live trusted pods, 0 replicas desired            | Stalled  PolicyServerScaledToZero | keep       |
@@ -25,6 +26,11 @@
  * | a live trusted pod failed the current generation    | Stalled  LoadFailed     | keep if served, else absent |
  * | every Ready pod loaded it, ≥ desired of them        | Ready    Loaded         | serve current        |
  * | otherwise                                           | Reconciling Loading     | keep if served, else absent |
+ *
+ * The first row is a guard for the cluster itself, decided here rather than in webhook-core
+ * because only this core writes the Policy's conditions: a Policy whose rules would intercept
+ * Nodes, Leases, token or access reviews or rollcall's own kinds (GUARDED_RESOURCES) is never
+ * served, whatever its replicas loaded; an earlier generation's webhook goes on as it was.
  */
 import { MAX_REPORTED_FAILURES, POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../api/constants.ts';
 import {
@@ -37,7 +43,11 @@ import {
 import type { PolicyReport } from '../api/report.ts';
 import type { Policy, PolicyServer, PolicyStatus, ReplicaFailure } from '../api/v1alpha1.ts';
 import { readinessOf, setReadiness, truncateUtf8, type Readiness } from '../kstatus/conditions.ts';
-import type { WebhookIntent } from './webhook-core.ts';
+import {
+  guardedResourcesInterceptedBy,
+  interceptionMessage,
+  type WebhookIntent,
+} from './webhook-core.ts';
 
 export interface PolicyCoreInput {
   policy: Policy;
@@ -85,6 +95,8 @@ interface Replica {
 }
 
 const EVENT_NOTE_MAX_BYTES = 1024;
+/** The Stalled reason of a Policy whose rules reach GUARDED_RESOURCES. */
+export const INTERCEPTS_GUARDED_RESOURCES = 'InterceptsClusterCriticalResources';
 const FAILURE_MESSAGE_MAX_BYTES = 1024;
 
 export function computePolicy(input: PolicyCoreInput): PolicyDecision {
@@ -151,6 +163,15 @@ function decide(
   const fallback: WebhookIntent = input.servedGeneration === undefined ? { kind: 'absent' } : keep;
   const progress = `generation ${generation} loaded on ${readyReplicas}/${desired} replicas`;
 
+  const { rules } = input.policy.spec;
+  const interceptions = guardedResourcesInterceptedBy(rules);
+  if (interceptions.length > 0) {
+    return stalled(
+      INTERCEPTS_GUARDED_RESOURCES,
+      interceptionMessage(rules, interceptions),
+      fallback,
+    );
+  }
   if (input.policyServer === undefined) {
     return stalled('PolicyServerNotFound', `policy server "${server}" does not exist`, keep);
   }

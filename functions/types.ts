@@ -47,6 +47,11 @@ export interface FunctionConfig {
   webhookUrl?: string;
   /** CA bundle (base64 PEM) for webhooks registered by URL. */
   webhookCaBundle?: string;
+  /**
+   * Namespaces every webhook excludes besides `namespace` (which it always excludes); default
+   * DEFAULT_PROTECTED_NAMESPACES (kube-system, kube-node-lease).
+   */
+  protectedNamespaces?: readonly string[];
   // Policy-server image and rollcall-managed TLS (defaults in functions/managed-tls.ts).
   /** Image of PolicyServers without spec.image; default DEFAULT_POLICY_SERVER_IMAGE. */
   policyServerImage?: string;

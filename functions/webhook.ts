@@ -52,7 +52,11 @@ export const webhook: ReconcileFunction = {
       policyServer: view.policyServer,
       intent,
       existing: view.webhook,
-      options: { namespace: ctx.config.namespace, url: ctx.config.webhookUrl },
+      options: {
+        namespace: ctx.config.namespace,
+        url: ctx.config.webhookUrl,
+        protectedNamespaces: ctx.config.protectedNamespaces,
+      },
       ...(ca === undefined ? {} : { ca }),
     });
     switch (plan.action) {
@@ -63,10 +67,13 @@ export const webhook: ReconcileFunction = {
         return view.policyServer?.spec.caSecretRef !== undefined
           ? terminal(plan.reason)
           : retry(new Error(plan.reason));
-      case 'rebundle':
+      case 'refresh':
         // The served generation stays as it is: no revision to record.
         await ctx.kube.apply(plan.webhook);
-        ctx.log.info({ webhook: plan.webhook.metadata?.name }, "webhook's CA bundle updated");
+        ctx.log.info(
+          { webhook: plan.webhook.metadata?.name },
+          "kept webhook's CA bundle or excluded namespaces updated",
+        );
         return done();
       case 'delete':
         await ctx.kube.deleteWebhook(plan.name);

@@ -2,7 +2,7 @@
 // a validated Config (or an error an operator can act on) out.
 import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';
-import { DEFAULT_POLICY_SERVER_IMAGE } from '../api/constants.ts';
+import { DEFAULT_POLICY_SERVER_IMAGE, DEFAULT_PROTECTED_NAMESPACES } from '../api/constants.ts';
 import { parseRedisUrl, RedisUrlError } from '../queue/redis-url.ts';
 
 export interface Config {
@@ -25,6 +25,11 @@ export interface Config {
   webhookUrl: string | undefined;
   /** PEM file of the CA for webhooks registered by URL. */
   webhookCaFile: string | undefined;
+  /**
+   * Namespaces every webhook excludes besides rollcall's own (which it always excludes):
+   * kube-system and kube-node-lease by default.
+   */
+  protectedNamespaces: string[];
   /**
    * How long a job's lock lives without renewal: a worker that dies mid-job leaves its key
    * locked this long before another worker runs it again.
@@ -65,6 +70,7 @@ const valueFlags = [
   'write-burst',
   'webhook-url',
   'webhook-ca-file',
+  'protected-namespaces',
   'job-lock-ms',
   'log-level',
   'identity',
@@ -94,6 +100,8 @@ export const configHelp = `options (flag, then environment variable, then defaul
   --write-burst N        burst of that cap (ROLLCALL_WRITE_BURST, twice the rate)
   --webhook-url URL      register webhooks by URL, for out-of-cluster development (ROLLCALL_WEBHOOK_URL)
   --webhook-ca-file F    CA (PEM) of that URL (ROLLCALL_WEBHOOK_CA_FILE)
+  --protected-namespaces NS,NS  namespaces no webhook intercepts, besides rollcall's own which none ever does
+                         (ROLLCALL_PROTECTED_NAMESPACES, ${DEFAULT_PROTECTED_NAMESPACES.join(',')}; empty: only rollcall's own)
   --job-lock-ms N        a dead worker's job runs again after this (ROLLCALL_JOB_LOCK_MS, 30000)
   --log-level L          pino level (LOG_LEVEL, info)
   --identity ID          leader-election identity (POD_NAME, host-pid)
@@ -106,6 +114,26 @@ export const configHelp = `options (flag, then environment variable, then defaul
   --ca-validity D        validity of the webhook CA rollcall creates, e.g. 43800h (ROLLCALL_CA_VALIDITY, 43800h = 5 years)
   --serving-cert-validity D  validity of the serving certificates it issues, e.g. 8760h, 90s (ROLLCALL_SERVING_CERT_VALIDITY, 8760h)
   --tls-propagation-delay D  how long a CA rotation waits for webhooks and mounted Secrets to update (ROLLCALL_TLS_PROPAGATION_DELAY, 3m)`;
+
+/** A namespace's name: a DNS-1123 label. */
+const NAMESPACE_NAME = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+
+/**
+ * The comma-separated namespace names of `--protected-namespaces`; blanks around and between
+ * commas are ignored, so an empty text is an empty list.
+ */
+export function parseNamespaceList(text: string): string[] {
+  const names = text
+    .split(',')
+    .map((name) => name.trim())
+    .filter((name) => name !== '');
+  const bad = names.find((name) => !NAMESPACE_NAME.test(name));
+  if (bad !== undefined)
+    throw new ConfigError(
+      `--protected-namespaces (ROLLCALL_PROTECTED_NAMESPACES) must be namespace names separated by commas, got ${JSON.stringify(bad)}`,
+    );
+  return [...new Set(names)];
+}
 
 const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
@@ -183,6 +211,14 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     throw new ConfigError(
       '--write-burst (ROLLCALL_WRITE_BURST) sets the burst of a --write-rate cap: set --write-rate too, or neither (no client-side limit)',
     );
+  // Unlike the other settings, an empty value counts: it protects rollcall's namespace only.
+  const protectedFlag = values['protected-namespaces'];
+  const protectedText =
+    typeof protectedFlag === 'string' ? protectedFlag : env.ROLLCALL_PROTECTED_NAMESPACES;
+  const protectedNamespaces =
+    protectedText === undefined
+      ? [...DEFAULT_PROTECTED_NAMESPACES]
+      : parseNamespaceList(protectedText);
   const uiCredentials = str('ui-credentials', 'ROLLCALL_UI_CREDENTIALS');
   if (uiCredentials !== undefined && !/^[^:]+:.+$/.test(uiCredentials))
     throw new ConfigError('--ui-credentials must be USER:PASSWORD');
@@ -196,6 +232,7 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     writeBurst,
     webhookUrl: str('webhook-url', 'ROLLCALL_WEBHOOK_URL'),
     webhookCaFile: str('webhook-ca-file', 'ROLLCALL_WEBHOOK_CA_FILE'),
+    protectedNamespaces,
     jobLockMs: int('job-lock-ms', 'ROLLCALL_JOB_LOCK_MS', 30_000, 100),
     logLevel: str('log-level', 'LOG_LEVEL', 'info')!,
     identity: str('identity', 'POD_NAME', `${hostname()}-${process.pid}`)!,

@@ -238,6 +238,7 @@ export async function startRoles(
             namespace: config.namespace,
             webhookUrl: config.webhookUrl,
             webhookCaBundle,
+            protectedNamespaces: config.protectedNamespaces,
             policyServerImage: config.policyServerImage,
             caValidityMs: config.caValidityMs,
             servingCertValidityMs: config.servingCertValidityMs,

@@ -45,6 +45,16 @@ function input(overrides: Partial<PolicyCoreInput> = {}): PolicyCoreInput {
   return { reports: reportsFromPods(given.pods, given.policy.metadata.name), ...given };
 }
 
+/** The fixtures' Policy with one rule over `resources` of `apiGroups` (every group by default). */
+const guardedPolicy = (resources: string[], apiGroups = ['*']) =>
+  aPolicy({
+    spec: {
+      rules: [
+        { operations: ['CREATE', 'UPDATE'], apiGroups, apiVersions: ['*'], resources, scope: '*' },
+      ],
+    },
+  });
+
 function conditionTypes(status: PolicyStatus): string[] {
   return (status.conditions ?? []).map((c) => `${c.type}=${c.status}/${c.reason}`);
 }
@@ -176,6 +186,49 @@ describe('the webhook decision table', () => {
       webhook: { kind: 'keep' },
       servedGeneration: 3,
       events: ['Warning/PolicyServerScaledToZero'],
+    },
+    {
+      name: 'rules over every resource, loaded everywhere and never served: Stalled, no webhook',
+      input: input({ policy: guardedPolicy(['*']) }),
+      conditions: [
+        'Ready=False/InterceptsClusterCriticalResources',
+        'Stalled=True/InterceptsClusterCriticalResources',
+      ],
+      webhook: { kind: 'absent' },
+      servedGeneration: undefined,
+      message:
+        /^spec\.rules\[0\] \(apiGroups \["\*"\], resources \["\*"\]\) would intercept nodes \(core\); leases \(coordination\.k8s\.io\);.*list the resources you mean explicitly, leaving these out; no webhook is registered$/,
+      events: ['Warning/InterceptsClusterCriticalResources'],
+    },
+    {
+      name: 'a new generation whose rules reach Leases, loaded everywhere: Stalled, the webhook keeps the old rules',
+      input: input({ policy: guardedPolicy(['leases']), servedGeneration: 3 }),
+      conditions: [
+        'Ready=False/InterceptsClusterCriticalResources',
+        'Stalled=True/InterceptsClusterCriticalResources',
+      ],
+      webhook: { kind: 'keep' },
+      servedGeneration: 3,
+      message:
+        /would intercept leases \(coordination\.k8s\.io\):.*; the webhook still enforces generation 3$/,
+      events: ['Warning/InterceptsClusterCriticalResources'],
+    },
+    {
+      name: 'rules over Nodes, even with the policy server missing: refused for its rules first',
+      input: input({
+        policy: guardedPolicy(['nodes/status'], ['']),
+        policyServer: undefined,
+        deployment: undefined,
+        pods: [],
+      }),
+      conditions: [
+        'Ready=False/InterceptsClusterCriticalResources',
+        'Stalled=True/InterceptsClusterCriticalResources',
+      ],
+      webhook: { kind: 'absent' },
+      servedGeneration: undefined,
+      message: /spec\.rules\[0\] .*would intercept nodes\/status \(core\)/,
+      events: ['Warning/InterceptsClusterCriticalResources'],
     },
   ];
 

@@ -1,8 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { V1ValidatingWebhookConfiguration } from '@kubernetes/client-node';
+import type { LabelSelector, Rule } from '../../api/v1alpha1.ts';
 import {
   buildWebhookConfiguration,
+  excludedNamespaces,
+  guardedResourcesInterceptedBy,
+  interceptionMessage,
   isSubset,
   planWebhook,
   servedGenerationOf,
@@ -16,6 +20,8 @@ const server = aPolicyServer({ spec: { caBundle: 'Q0EK' } });
 const policy = aPolicy();
 const options = { namespace: NAMESPACE };
 const CA = 'Q0EK';
+/** What every webhook excludes by default: rollcall's namespace, then the protected ones. */
+const EXCLUDED = [NAMESPACE, 'kube-system', 'kube-node-lease'];
 
 /** What the API server hands back: our object plus the fields it adds. */
 function asStored(webhook: V1ValidatingWebhookConfiguration): V1ValidatingWebhookConfiguration {
@@ -68,18 +74,18 @@ describe('buildWebhookConfiguration', () => {
     assert.deepEqual(hook?.objectSelector, {});
   });
 
-  const selectorRows = [
+  const selectorRows: { name: string; selector: LabelSelector | undefined; expected: unknown }[] = [
     {
-      name: "without a namespaceSelector, only rollcall's namespace is excluded",
+      name: "without a namespaceSelector, rollcall's namespace, kube-system and kube-node-lease are excluded",
       selector: undefined,
       expected: {
         matchExpressions: [
-          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: [NAMESPACE] },
+          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: EXCLUDED },
         ],
       },
     },
     {
-      name: "the policy's namespaceSelector is kept and rollcall's namespace excluded on top",
+      name: "the policy's namespaceSelector is kept and the protected namespaces excluded on top",
       selector: {
         matchLabels: { team: 'a' },
         matchExpressions: [{ key: 'env', operator: 'In' as const, values: ['prod'] }],
@@ -88,7 +94,7 @@ describe('buildWebhookConfiguration', () => {
         matchLabels: { team: 'a' },
         matchExpressions: [
           { key: 'env', operator: 'In', values: ['prod'] },
-          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: [NAMESPACE] },
+          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: EXCLUDED },
         ],
       },
     },
@@ -102,7 +108,17 @@ describe('buildWebhookConfiguration', () => {
       expected: {
         matchExpressions: [
           { key: 'kubernetes.io/metadata.name', operator: 'In', values: [NAMESPACE] },
-          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: [NAMESPACE] },
+          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: EXCLUDED },
+        ],
+      },
+    },
+    {
+      name: 'a policy that selects kube-system by name still cannot reach it',
+      selector: { matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' } },
+      expected: {
+        matchLabels: { 'kubernetes.io/metadata.name': 'kube-system' },
+        matchExpressions: [
+          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: EXCLUDED },
         ],
       },
     },
@@ -117,6 +133,18 @@ describe('buildWebhookConfiguration', () => {
       assert.deepEqual(built.webhooks?.[0]?.namespaceSelector, row.expected);
     });
   }
+
+  test("the configured protected namespaces replace the defaults, after rollcall's own", () => {
+    const built = buildWebhookConfiguration(policy, server, {
+      ...options,
+      protectedNamespaces: ['kube-system', 'cert-manager'],
+    });
+    assert.deepEqual(built.webhooks?.[0]?.namespaceSelector?.matchExpressions?.at(-1)?.values, [
+      NAMESPACE,
+      'kube-system',
+      'cert-manager',
+    ]);
+  });
 
   test('monitor mode registers the webhook but never fails closed', () => {
     const built = buildWebhookConfiguration(
@@ -169,6 +197,22 @@ describe('planWebhook follows the decision table', () => {
       'PolicyServer default sets spec.caSecretRef, which this rollcall version does not resolve; set spec.caBundle (base64 PEM of the CA) instead.',
   };
   const serve: WebhookIntent = { kind: 'serve', generation: 4 };
+  /** Generation 3's webhook as a rollcall that protected only its own namespace wrote it. */
+  const olderOwnNamespaceOnly = asStored(
+    buildWebhookConfiguration(
+      aPolicy({ generation: 3 }),
+      server,
+      { ...options, protectedNamespaces: [] },
+      CA,
+    ),
+  );
+  const everything = aPolicy({
+    spec: {
+      rules: [
+        { operations: ['*'], apiGroups: ['*'], apiVersions: ['*'], resources: ['*'], scope: '*' },
+      ],
+    },
+  });
   const base: WebhookPlanInput = {
     policy,
     policyServer: server,
@@ -180,6 +224,25 @@ describe('planWebhook follows the decision table', () => {
 
   const rows: { name: string; input: Partial<WebhookPlanInput>; action: string }[] = [
     { name: 'Ready and no webhook yet: create it', input: {}, action: 'create' },
+    {
+      name: 'Ready but the rules intercept guarded resources (the policy core stalls it): write nothing',
+      input: { policy: everything },
+      action: 'keep',
+    },
+    {
+      name: 'Ready with guarded rules and an older webhook: the older webhook stays as it is',
+      input: { policy: everything, existing: older },
+      action: 'keep',
+    },
+    {
+      name: 'Ready and the webhook excludes fewer namespaces than configured: update it',
+      input: {
+        existing: asStored(
+          buildWebhookConfiguration(policy, server, { ...options, protectedNamespaces: [] }, CA),
+        ),
+      },
+      action: 'update',
+    },
     {
       name: 'Ready and the webhook serves an older generation: update it',
       input: { existing: older },
@@ -271,7 +334,26 @@ describe('planWebhook follows the decision table', () => {
     {
       name: "still loading while the server's CA bundle changed: only the caBundle follows",
       input: { intent: { kind: 'keep' }, existing: older, ca: { caBundle: 'TkVXCg==' } },
-      action: 'rebundle',
+      action: 'refresh',
+    },
+    {
+      name: "still loading and the kept webhook excludes only rollcall's namespace: the exclusion follows",
+      input: { intent: { kind: 'keep' }, existing: olderOwnNamespaceOnly },
+      action: 'refresh',
+    },
+    {
+      name: 'server missing and the kept webhook excludes too few namespaces: the exclusion follows all the same',
+      input: { intent: { kind: 'keep' }, existing: olderOwnNamespaceOnly, policyServer: undefined },
+      action: 'refresh',
+    },
+    {
+      name: 'URL mode, still loading, the exclusion out of date: the exclusion follows',
+      input: {
+        intent: { kind: 'keep' },
+        existing: olderOwnNamespaceOnly,
+        options: { ...options, url: 'https://127.0.0.1:8443' },
+      },
+      action: 'refresh',
     },
     {
       name: 'still loading, the webhook calls another server (the Policy moved): keep its CA',
@@ -312,8 +394,8 @@ test("a kept webhook's new caBundle leaves its rules, path and served generation
     options,
     ca: { caBundle: 'TkVXCg==' },
   });
-  assert.equal(plan.action, 'rebundle');
-  if (plan.action !== 'rebundle') return;
+  assert.equal(plan.action, 'refresh');
+  if (plan.action !== 'refresh') return;
   const expected = structuredClone(older);
   expected.webhooks![0]!.clientConfig.caBundle = 'TkVXCg==';
   assert.deepEqual(plan.webhook.webhooks, expected.webhooks);
@@ -323,6 +405,220 @@ test("a kept webhook's new caBundle leaves its rules, path and served generation
   );
   assert.deepEqual(plan.webhook.metadata?.annotations, { 'rollcall.dev/served-generation': '3' });
   assert.deepEqual(plan.webhook.metadata?.ownerReferences, older.metadata?.ownerReferences);
+});
+
+test("a kept webhook's new exclusion replaces only rollcall's last expression, nothing else", () => {
+  const oldPolicy = aPolicy({
+    generation: 3,
+    spec: {
+      namespaceSelector: {
+        matchLabels: { team: 'a' },
+        matchExpressions: [
+          { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: ['x'] },
+        ],
+      },
+    },
+  });
+  const written = asStored(
+    buildWebhookConfiguration(oldPolicy, server, { ...options, protectedNamespaces: [] }, CA),
+  );
+  const plan = planWebhook({
+    policy: aPolicy({ generation: 4 }),
+    policyServer: server,
+    intent: { kind: 'keep' },
+    existing: written,
+    options,
+    ca: { caBundle: CA },
+  });
+  assert.equal(plan.action, 'refresh');
+  if (plan.action !== 'refresh') return;
+  const expected = structuredClone(written);
+  expected.webhooks![0]!.namespaceSelector = {
+    matchLabels: { team: 'a' },
+    matchExpressions: [
+      { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: ['x'] },
+      { key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: EXCLUDED },
+    ],
+  };
+  assert.deepEqual(plan.webhook.webhooks, expected.webhooks);
+  assert.deepEqual(plan.webhook.metadata?.annotations, { 'rollcall.dev/served-generation': '3' });
+  // Once refreshed, the next run has nothing to do.
+  const again = planWebhook({
+    policy: aPolicy({ generation: 4 }),
+    policyServer: server,
+    intent: { kind: 'keep' },
+    existing: asStored(plan.webhook),
+    options,
+    ca: { caBundle: CA },
+  });
+  assert.equal(again.action, 'keep');
+});
+
+describe('excludedNamespaces', () => {
+  const rows: { name: string; protectedNamespaces?: string[]; expected: string[] }[] = [
+    {
+      name: "by default: rollcall's namespace, kube-system and kube-node-lease",
+      expected: EXCLUDED,
+    },
+    {
+      name: "an empty list still excludes rollcall's own namespace",
+      protectedNamespaces: [],
+      expected: [NAMESPACE],
+    },
+    {
+      name: "rollcall's namespace named again in the list is excluded once, first",
+      protectedNamespaces: ['kube-system', NAMESPACE],
+      expected: [NAMESPACE, 'kube-system'],
+    },
+  ];
+  for (const row of rows)
+    test(row.name, () =>
+      assert.deepEqual(
+        excludedNamespaces({ namespace: NAMESPACE, protectedNamespaces: row.protectedNamespaces }),
+        row.expected,
+      ),
+    );
+});
+
+describe('guardedResourcesInterceptedBy: which rules would intercept what keeps the cluster alive', () => {
+  const rule = (apiGroups: string[], resources: string[]): Rule => ({
+    operations: ['CREATE', 'UPDATE'],
+    apiGroups,
+    apiVersions: ['*'],
+    resources,
+    scope: '*',
+  });
+  const rows: { name: string; rules: Rule[]; expected: { rule: number; resources: string[] }[] }[] =
+    [
+      {
+        name: 'pods in the core group intercept nothing guarded',
+        rules: [rule([''], ['pods'])],
+        expected: [],
+      },
+      {
+        name: 'deployments/scale and every scale subresource intercept nothing guarded',
+        rules: [rule(['apps'], ['deployments/scale']), rule(['*'], ['*/scale'])],
+        expected: [],
+      },
+      {
+        name: 'nodes in the core group are refused',
+        rules: [rule([''], ['nodes'])],
+        expected: [{ rule: 0, resources: ['/nodes'] }],
+      },
+      {
+        name: 'nodes/status (the kubelet heartbeat) is refused, and so is nodes/*',
+        rules: [rule([''], ['nodes/status']), rule([''], ['nodes/*'])],
+        expected: [
+          { rule: 0, resources: ['/nodes/status'] },
+          { rule: 1, resources: ['/nodes', '/nodes/status'] },
+        ],
+      },
+      {
+        name: 'nodes in another API group are not the core nodes',
+        rules: [rule(['metrics.k8s.io'], ['nodes'])],
+        expected: [],
+      },
+      {
+        name: 'leases are refused, by name or by a wildcard group',
+        rules: [rule(['coordination.k8s.io'], ['leases']), rule(['*'], ['leases'])],
+        expected: [
+          { rule: 0, resources: ['coordination.k8s.io/leases'] },
+          { rule: 1, resources: ['coordination.k8s.io/leases'] },
+        ],
+      },
+      {
+        name: 'every resource of the authentication group covers tokenreviews and selfsubjectreviews',
+        rules: [rule(['authentication.k8s.io'], ['*'])],
+        expected: [
+          {
+            rule: 0,
+            resources: [
+              'authentication.k8s.io/tokenreviews',
+              'authentication.k8s.io/selfsubjectreviews',
+            ],
+          },
+        ],
+      },
+      {
+        name: 'one access review named among others is refused',
+        rules: [rule(['authorization.k8s.io'], ['subjectaccessreviews'])],
+        expected: [{ rule: 0, resources: ['authorization.k8s.io/subjectaccessreviews'] }],
+      },
+      {
+        name: "rollcall's own kinds are refused (a failing webhook there would stop you fixing it)",
+        rules: [rule(['rollcall.dev'], ['policies', 'policyrevisions'])],
+        expected: [
+          { rule: 0, resources: ['rollcall.dev/policies', 'rollcall.dev/policyrevisions'] },
+        ],
+      },
+      {
+        name: "every status subresource covers nodes/status and rollcall's statuses",
+        rules: [rule(['*'], ['*/status'])],
+        expected: [
+          {
+            rule: 0,
+            resources: [
+              '/nodes/status',
+              'rollcall.dev/policies/status',
+              'rollcall.dev/policyservers/status',
+            ],
+          },
+        ],
+      },
+      {
+        name: "'*' in every group covers every guarded resource but the subresources",
+        rules: [rule(['*'], ['*'])],
+        expected: [
+          {
+            rule: 0,
+            resources: [
+              '/nodes',
+              'coordination.k8s.io/leases',
+              'authentication.k8s.io/tokenreviews',
+              'authentication.k8s.io/selfsubjectreviews',
+              'authorization.k8s.io/subjectaccessreviews',
+              'authorization.k8s.io/selfsubjectaccessreviews',
+              'authorization.k8s.io/localsubjectaccessreviews',
+              'authorization.k8s.io/selfsubjectrulesreviews',
+              'rollcall.dev/policies',
+              'rollcall.dev/policyservers',
+              'rollcall.dev/policyrevisions',
+            ],
+          },
+        ],
+      },
+      {
+        name: "'*/*' in the core group covers nodes and nodes/status only",
+        rules: [rule([''], ['*/*'])],
+        expected: [{ rule: 0, resources: ['/nodes', '/nodes/status'] }],
+      },
+      {
+        name: 'only the rules that intercept are named, by their index',
+        rules: [rule([''], ['pods']), rule(['apps'], ['*']), rule(['', 'apps'], ['*'])],
+        expected: [{ rule: 2, resources: ['/nodes'] }],
+      },
+    ];
+  for (const row of rows)
+    test(row.name, () =>
+      assert.deepEqual(
+        guardedResourcesInterceptedBy(row.rules).map(({ rule, resources }) => ({
+          rule,
+          resources: resources.map((r) => `${r.group}/${r.resource}`),
+        })),
+        row.expected,
+      ),
+    );
+
+  test('the message names each rule by its field path, its patterns, what it reaches and what to do', () => {
+    const rules = [rule([''], ['pods']), rule(['*'], ['*/*'])];
+    const message = interceptionMessage(rules, guardedResourcesInterceptedBy(rules));
+    assert.match(
+      message,
+      /^spec\.rules\[1\] \(apiGroups \["\*"\], resources \["\*\/\*"\]\) would intercept nodes, nodes\/status \(core\); leases \(coordination\.k8s\.io\); tokenreviews, selfsubjectreviews \(authentication\.k8s\.io\); subjectaccessreviews, selfsubjectaccessreviews, localsubjectaccessreviews, selfsubjectrulesreviews \(authorization\.k8s\.io\); policies, policies\/status, policyservers, policyservers\/status, policyrevisions \(rollcall\.dev\): /,
+    );
+    assert.match(message, /list the resources you mean explicitly, leaving these out$/);
+    assert.doesNotMatch(message, /spec\.rules\[0\]/);
+  });
 });
 
 describe('servedGenerationOf', () => {

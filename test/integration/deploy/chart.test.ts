@@ -382,6 +382,21 @@ describe('charts/rollcall', () => {
     });
   });
 
+  test("protectedNamespaces reach the workers, an empty list protecting only the release's namespace", async () => {
+    const defaults = await renderChart([]);
+    assert.equal(
+      env(defaults, 'rollcall-worker', 'ROLLCALL_PROTECTED_NAMESPACES')?.value,
+      'kube-system,kube-node-lease',
+    );
+    const chosen = await renderChart(['--set', 'protectedNamespaces={kube-system,cert-manager}']);
+    assert.equal(
+      env(chosen, 'rollcall-worker', 'ROLLCALL_PROTECTED_NAMESPACES')?.value,
+      'kube-system,cert-manager',
+    );
+    const none = await renderChart(['--set-json', 'protectedNamespaces=[]']);
+    assert.equal(env(none, 'rollcall-worker', 'ROLLCALL_PROTECTED_NAMESPACES')?.value, '');
+  });
+
   test('a value of the wrong type, a misspelt one or one that needs another is refused, naming it', async () => {
     for (const [set, message] of [
       ['watcher.replicas=two', /at '\/watcher\/replicas': got string, want integer/],
@@ -409,6 +424,10 @@ describe('charts/rollcall', () => {
         /redis\.bundled\.persistence\.enabled is for redis\.mode bundled, not sentinel/,
       ],
       ['certificates.caValidity=10y', /at '\/certificates\/caValidity': '10y' does not match/],
+      [
+        'protectedNamespaces={Kube_System}',
+        /at '\/protectedNamespaces\/0': 'Kube_System' does not match/,
+      ],
     ] as const) {
       const out = await helmRun(['template', 'rollcall', chartDir, '--set', set]);
       assert.notEqual(out.status, 0, set);

@@ -109,7 +109,7 @@ describe('rollcall end to end', () => {
     assert.deepEqual(w?.namespaceSelector?.matchExpressions?.at(-1), {
       key: 'kubernetes.io/metadata.name',
       operator: 'NotIn',
-      values: [namespace],
+      values: [namespace, 'kube-system', 'kube-node-lease'],
     });
 
     const wait = spawnSync(
@@ -213,6 +213,43 @@ describe('rollcall end to end', () => {
     assert.equal(served.webhooks?.[0]?.clientConfig.service?.path, '/validate/good/3');
     assert.equal((await revisionOf('good-3'))?.spec.generation, 3);
     assert.ok(await revisionOf('good-1'), 'older revisions are kept (the newest 3)');
+  });
+
+  test('a policy whose rules reach Leases is Stalled with what to do and no webhook, until its rules name what it means', async () => {
+    const leases = {
+      operations: ['CREATE', 'UPDATE'],
+      apiGroups: ['*'],
+      apiVersions: ['*'],
+      resources: ['leases'],
+    };
+    await apply(policyManifest('leases', ps, { module: 'sim://ok', rules: [leases] }));
+    const stalled = await waitPolicy(
+      kc,
+      'leases',
+      (p) => isCurrent(p) && condition(p, 'Stalled')?.status === 'True',
+    );
+    assert.equal(condition(stalled, 'Stalled')?.reason, 'InterceptsClusterCriticalResources');
+    assert.match(
+      condition(stalled, 'Ready')?.message ?? '',
+      /^spec\.rules\[0\] .*would intercept leases \(coordination\.k8s\.io\).*list the resources you mean explicitly.*; no webhook is registered$/,
+    );
+    assert.equal(await webhookOf('leases'), undefined);
+
+    await apply(
+      policyManifest('leases', ps, { module: 'sim://ok', rules: [createRule('configmaps')] }),
+    );
+    await waitPolicy(
+      kc,
+      'leases',
+      (p) =>
+        p.metadata.generation === 2 && isCurrent(p) && condition(p, 'Ready')?.status === 'True',
+    );
+    const hook = await watchUntil<V1ValidatingWebhookConfiguration>(kc, webhooks, () => true, {
+      fieldSelector: 'metadata.name=rollcall-leases',
+    });
+    assert.deepEqual(hook.webhooks?.[0]?.rules?.[0]?.resources, ['configmaps']);
+    kubectl(testCluster(), ['delete', 'policy', 'leases']);
+    await waitGone(kc, webhooks, 'rollcall-leases');
   });
 
   test('scaling the server 3 → 5 → 2 moves the counts, and deleting a policy removes its webhook', async () => {
