@@ -8,8 +8,12 @@ import type { PoolJob, PoolOutcome } from './pool.ts';
 import { parseReview, type ParsedReview } from './review.ts';
 import { admissionResponse, type Outcome, type VerdictLabel } from './verdict.ts';
 
-/** The largest AdmissionReview accepted (the apiserver's own request limit is about 3 MiB). */
-export const MAX_REVIEW_BYTES = 3 * 1024 * 1024;
+/**
+ * The largest AdmissionReview accepted by default (`--max-review-bytes`): the apiserver takes
+ * a request body of up to 3 MiB, so an UPDATE's `object` and `oldObject` are up to 6 MiB as
+ * JSON, with the request around them; 8 MiB fits that.
+ */
+export const DEFAULT_MAX_REVIEW_BYTES = 8 * 1024 * 1024;
 
 /**
  * The evaluation deadline of a policy: its `timeoutSeconds` (the apiserver's limit for the
@@ -77,12 +81,17 @@ function readsNamespace(code: unknown): boolean {
 
 const invalid = (error: string): AdmissionResult => ({ status: 400, body: { error } });
 
-/** Answers one AdmissionReview body for `policy` at `generation`. Never throws. */
+/**
+ * Answers one AdmissionReview body for `policy` at `generation`. Never throws. `overloaded`:
+ * the replica has no room for another evaluation, so a loaded generation is answered at once
+ * by its failurePolicy with that message, as one not loaded here is.
+ */
 export async function review(
   body: string,
   policy: string,
   generation: number,
   deps: AdmissionDeps,
+  overloaded?: string,
 ): Promise<AdmissionResult> {
   const target = deps.target(policy, generation);
   // A webhook for a Policy this server does not have: an error, so the apiserver applies
@@ -106,6 +115,9 @@ export async function review(
   if (target.kind === 'unavailable') {
     outcome = { kind: 'unavailable', message: target.message };
     ctx = target;
+  } else if (overloaded !== undefined) {
+    outcome = { kind: 'unavailable', message: overloaded };
+    ctx = target.spec;
   } else {
     const { spec } = target;
     ctx = spec;

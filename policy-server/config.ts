@@ -3,7 +3,7 @@
 // overrides an earlier one, so the local node agent can append `--address=127.0.0.1 --port=N`.
 import { parseArgs } from 'node:util';
 import { POLICY_SERVER_TLS_DIR } from '../api/constants.ts';
-import { MAX_REVIEW_BYTES } from './admission.ts';
+import { DEFAULT_INGRESS_LIMITS } from './https-server.ts';
 import { INLINE_MAX_BODY_BYTES } from './inline.ts';
 
 export interface PolicyServerConfig {
@@ -31,6 +31,14 @@ export interface PolicyServerConfig {
    * cost is bounded; larger ones, and other policies, go to the threads. 0: never inline.
    */
   inlineMaxBytes: number;
+  /** The largest AdmissionReview body accepted (bytes); 413 beyond. */
+  maxReviewBytes: number;
+  /** Connections open at once (accepted or handed over); one more is closed unanswered. */
+  maxConnections: number;
+  /** AdmissionReview requests answered at once; past it, answered by failurePolicy unevaluated. */
+  maxInFlight: number;
+  /** A TLS handshake not finished within this many seconds is dropped. */
+  tlsHandshakeTimeoutSeconds: number;
 }
 
 export class PolicyServerConfigError extends Error {
@@ -49,7 +57,13 @@ const flags = {
   workers: { type: 'string' },
   'max-workers': { type: 'string' },
   'inline-max-bytes': { type: 'string' },
+  'max-review-bytes': { type: 'string' },
+  'max-connections': { type: 'string' },
+  'max-in-flight': { type: 'string' },
+  'tls-handshake-timeout-seconds': { type: 'string' },
 } as const;
+
+const limits = DEFAULT_INGRESS_LIMITS;
 
 export const policyServerHelp = `usage: rollcall policy-server --server NAME --pod NAME [options]
 
@@ -69,6 +83,15 @@ options (flag, then environment variable, then default; a later flag wins):
   --max-workers N     evaluation threads at most, while some are busy (ROLLCALL_MAX_WORKERS, 8)
   --inline-max-bytes N  largest request evaluated on the main thread when its policy's cost
                       is bounded, 0 for never (ROLLCALL_INLINE_MAX_BYTES, ${INLINE_MAX_BODY_BYTES})
+  --max-review-bytes N  largest AdmissionReview accepted, 413 beyond
+                      (ROLLCALL_MAX_REVIEW_BYTES, ${limits.maxReviewBytes})
+  --max-connections N   connections open at once; one more is closed unanswered
+                      (ROLLCALL_MAX_CONNECTIONS, ${limits.maxConnections})
+  --max-in-flight N     AdmissionReview requests answered at once, at most half of them for
+                      one policy; past it a request is answered at once by its policy's
+                      failurePolicy, saying the server is overloaded (ROLLCALL_MAX_IN_FLIGHT, ${limits.maxInFlight})
+  --tls-handshake-timeout-seconds N  a connection whose TLS handshake has not finished by
+                      then is dropped (ROLLCALL_TLS_HANDSHAKE_TIMEOUT_SECONDS, ${limits.tlsHandshakeTimeoutMs / 1000})
   --log-level L       pino level (LOG_LEVEL, info)`;
 
 /** Parses argv and env; throws a PolicyServerConfigError that says what to fix. */
@@ -120,6 +143,13 @@ export function parsePolicyServerConfig(
     throw new PolicyServerConfigError(
       `--max-workers (${maxWorkers}) must be at least --workers (${workers})`,
     );
+  const maxReviewBytes = int(
+    'max-review-bytes',
+    'ROLLCALL_MAX_REVIEW_BYTES',
+    limits.maxReviewBytes,
+    64 * 1024,
+    256 * 1024 * 1024,
+  );
   return {
     port: int('port', 'PORT', 8443, 0, 65535),
     address: str('address', undefined, '0.0.0.0')!,
@@ -136,7 +166,23 @@ export function parsePolicyServerConfig(
       'ROLLCALL_INLINE_MAX_BYTES',
       INLINE_MAX_BODY_BYTES,
       0,
-      MAX_REVIEW_BYTES,
+      maxReviewBytes,
+    ),
+    maxReviewBytes,
+    maxConnections: int(
+      'max-connections',
+      'ROLLCALL_MAX_CONNECTIONS',
+      limits.maxConnections,
+      1,
+      1_000_000,
+    ),
+    maxInFlight: int('max-in-flight', 'ROLLCALL_MAX_IN_FLIGHT', limits.maxInFlight, 1, 1_000_000),
+    tlsHandshakeTimeoutSeconds: int(
+      'tls-handshake-timeout-seconds',
+      'ROLLCALL_TLS_HANDSHAKE_TIMEOUT_SECONDS',
+      limits.tlsHandshakeTimeoutMs / 1000,
+      1,
+      120,
     ),
   };
 }

@@ -1,6 +1,7 @@
 // One evaluation thread of the pool (pool.ts). It keeps each policy generation it is sent
-// (compiled once), evaluates requests one at a time, and may be terminated at any moment when
-// an evaluation runs past its deadline.
+// (compiled once), evaluates requests one at a time under the engine's per-request cost budget
+// (an overrun is answered `cost`, as any outcome), and may be terminated at any moment when an
+// evaluation runs past its deadline.
 import { setFlagsFromString } from 'node:v8';
 import { parentPort, workerData } from 'node:worker_threads';
 import {

@@ -23,7 +23,8 @@ export interface Engine {
   evaluatePolicy(
     policy: never,
     input: { request: unknown; params: unknown; namespaceObject: unknown },
-    options: { failurePolicy: 'Fail' | 'Ignore' },
+    /** `budget`: cost units (the engine's default, REQUEST_COST_BUDGET, when absent). */
+    options: { failurePolicy: 'Fail' | 'Ignore'; budget?: number },
   ): EngineVerdict;
 }
 
@@ -34,6 +35,8 @@ export type KeptPolicy = EvalPolicy & ({ compiled: unknown } | { problem: string
 export type Answer =
   | { kind: 'verdict'; uid: string; verdict: EngineVerdict }
   | { kind: 'error'; uid?: string; message: string }
+  /** The evaluation ran past its cost budget: never an expression's error to skip. */
+  | { kind: 'cost'; uid: string; budget: number; used: number }
   /** The review is not an AdmissionReview v1 (`message` says why). */
   | { kind: 'invalid'; message: string };
 
@@ -50,10 +53,17 @@ export function keepPolicy(engine: Engine, policy: EvalPolicy): KeptPolicy {
     : { ...policy, problem: `does not compile: ${result.errors.join('; ')}` };
 }
 
+/** The engine's CostLimitExceeded (by its shape: the engine is loaded, not imported, here). */
+function costOverrun(err: unknown): { budget: number; used: number } | undefined {
+  if (!(err instanceof Error) || err.name !== 'CostLimitExceeded') return undefined;
+  const { budget, used } = err as Error & { budget?: unknown; used?: unknown };
+  return typeof budget === 'number' && typeof used === 'number' ? { budget, used } : undefined;
+}
+
 /**
  * Evaluates the review text `review` with `policy` (undefined: the caller lacks generation
  * `key`). `namespace` is the request's Namespace as JSON, parsed only if an expression reads
- * `namespaceObject`.
+ * `namespaceObject`. `budget`: cost units (default: the engine's per-request budget).
  */
 export function answerReview(
   engine: Engine,
@@ -61,6 +71,7 @@ export function answerReview(
   policy: KeptPolicy | undefined,
   review: string,
   namespace: string | null,
+  budget?: number,
 ): Answer {
   const parsed = parseReview(review);
   if (!parsed.ok) return { kind: 'invalid', message: parsed.error };
@@ -77,9 +88,12 @@ export function answerReview(
   try {
     const verdict = engine.evaluatePolicy(policy.compiled as never, input, {
       failurePolicy: policy.failurePolicy,
+      ...(budget !== undefined && { budget }),
     });
     return { kind: 'verdict', uid, verdict };
   } catch (err) {
+    const overrun = costOverrun(err);
+    if (overrun) return { kind: 'cost', uid, ...overrun };
     return { kind: 'error', uid, message: err instanceof Error ? err.message : String(err) };
   }
 }

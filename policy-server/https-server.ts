@@ -1,16 +1,48 @@
 /**
  * The policy server's one HTTPS listener: admission (`POST /validate/<policy>/<generation>`),
  * probes (`/healthz`, `/readyz`) and `/metrics`. Plain node:https rather than a framework:
- * admission latency is the product, and the body cap must apply while reading.
+ * admission latency is the product, and the body cap must apply while reading. Limits on the
+ * way in bound what clients can hold: connections, TLS handshakes, bodies, requests in flight.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import { Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { MAX_REVIEW_BYTES, parseValidatePath, review, type AdmissionDeps } from './admission.ts';
+import {
+  DEFAULT_MAX_REVIEW_BYTES,
+  parseValidatePath,
+  review,
+  type AdmissionDeps,
+  type AdmissionResult,
+} from './admission.ts';
 import type { Readiness } from './lifecycle.ts';
 import type { PolicyServerMetrics } from './metrics.ts';
 import type { TlsPair } from './tls.ts';
+
+/** Limits on the way in, per replica (flags in config.ts). */
+export interface IngressLimits {
+  /** The largest AdmissionReview body (bytes); 413 beyond. */
+  maxReviewBytes: number;
+  /** Connections open at once, accepted here or handed over; one more is closed unanswered. */
+  maxConnections: number;
+  /**
+   * AdmissionReview requests being answered at once; past it (or past half of it for one
+   * policy) a request is answered at once by its policy's failurePolicy, not evaluated.
+   */
+  maxInFlight: number;
+  /** A connection that has not finished its TLS handshake by then is dropped. */
+  tlsHandshakeTimeoutMs: number;
+}
+
+export const DEFAULT_INGRESS_LIMITS: IngressLimits = {
+  maxReviewBytes: DEFAULT_MAX_REVIEW_BYTES,
+  // Far above what the apiservers open (one per concurrent call, bounded by their own
+  // max-requests-inflight, plus 25 idle per webhook client), far below what exhausts memory.
+  maxConnections: 1024,
+  maxInFlight: 256,
+  // Node's default is 120 s; client-go gives up on a handshake after 10 s anyway.
+  tlsHandshakeTimeoutMs: 10_000,
+};
 
 export interface HttpsServerOptions {
   port: number;
@@ -19,6 +51,8 @@ export interface HttpsServerOptions {
   metrics: PolicyServerMetrics;
   readiness(): Readiness;
   admission: AdmissionDeps;
+  /** Defaults: DEFAULT_INGRESS_LIMITS. */
+  limits?: Partial<IngressLimits>;
 }
 
 export interface PolicyHttpsServer {
@@ -58,13 +92,109 @@ function takeHandedConnections(server: Server): Set<Socket> {
   return open;
 }
 
-export async function startHttpsServer(options: HttpsServerOptions): Promise<PolicyHttpsServer> {
-  const server = createServer({}, (req, res) => {
-    handle(req, res, options).catch((err: unknown) => {
-      options.logger.error({ err, path: req.url }, 'request failed');
-      if (!res.headersSent) send(res, 500, { error: 'internal error' });
-    });
+/**
+ * Closes a connection past `max` open ones before its TLS handshake: the client sees it
+ * closed (the apiserver applies the webhook's failurePolicy). Both ways in arrive as the
+ * server's 'connection' event, accepted here or handed over (server.maxConnections counts
+ * only the first), so the TLS listener is called from here for the connections kept.
+ * Returns the count of open connections.
+ */
+function capConnections(server: Server, max: number, onRefused: () => void): () => number {
+  let open = 0;
+  const accept = server.listeners('connection') as Array<(socket: Socket) => void>;
+  server.removeAllListeners('connection');
+  server.on('connection', (socket: Socket) => {
+    if (open >= max) {
+      socket.destroy();
+      onRefused();
+      return;
+    }
+    open++;
+    socket.once('close', () => open--);
+    for (const listener of accept) listener.call(server, socket);
   });
+  return () => open;
+}
+
+type Slot = { release(): void } | { overloaded: string };
+
+/**
+ * AdmissionReview requests being answered. One policy may hold at most half of them (as one
+ * generation may hold at most half of the evaluation threads), so a slow policy flooded with
+ * requests fills its own share, and the others' requests are still evaluated.
+ */
+class InFlight {
+  #count = 0;
+  readonly #byPolicy = new Map<string, number>();
+  readonly #max: number;
+  readonly #perPolicy: number;
+
+  constructor(max: number) {
+    this.#max = max;
+    this.#perPolicy = Math.ceil(max / 2);
+  }
+
+  get count(): number {
+    return this.#count;
+  }
+
+  /** A slot for one request of `policy`, or why there is none. */
+  enter(policy: string): Slot {
+    const mine = this.#byPolicy.get(policy) ?? 0;
+    if (this.#count >= this.#max)
+      return {
+        overloaded: `policy ${policy}: policy server overloaded: ${this.#count} requests in flight (limit ${this.#max})`,
+      };
+    if (mine >= this.#perPolicy)
+      return {
+        overloaded: `policy ${policy}: policy server overloaded: ${mine} requests of this policy in flight (limit ${this.#perPolicy}, half of ${this.#max})`,
+      };
+    this.#count++;
+    this.#byPolicy.set(policy, mine + 1);
+    return {
+      release: () => {
+        this.#count--;
+        const left = (this.#byPolicy.get(policy) ?? 1) - 1;
+        if (left === 0) this.#byPolicy.delete(policy);
+        else this.#byPolicy.set(policy, left);
+      },
+    };
+  }
+}
+
+interface Ingress {
+  maxReviewBytes: number;
+  inFlight: InFlight;
+}
+
+export async function startHttpsServer(options: HttpsServerOptions): Promise<PolicyHttpsServer> {
+  const limits = { ...DEFAULT_INGRESS_LIMITS, ...options.limits };
+  const ingress: Ingress = {
+    maxReviewBytes: limits.maxReviewBytes,
+    inFlight: new InFlight(limits.maxInFlight),
+  };
+  const server = createServer(
+    {
+      handshakeTimeout: limits.tlsHandshakeTimeoutMs,
+      // How often the request and headers timeouts below are checked (Node's default, 30 s,
+      // would let a silent connection stay up to 30 s past them).
+      connectionsCheckingInterval: 5_000,
+    },
+    (req, res) => {
+      handle(req, res, options, ingress).catch((err: unknown) => {
+        options.logger.error({ err, path: req.url }, 'request failed');
+        if (!res.headersSent) send(res, 500, { error: 'internal error' });
+      });
+    },
+  );
+  const { metrics } = options;
+  const connections = capConnections(server, limits.maxConnections, () =>
+    metrics.connectionRefused(),
+  );
+  server.on('tlsClientError', (err: NodeJS.ErrnoException) =>
+    metrics.handshakeFailed(err.code === 'ERR_TLS_HANDSHAKE_TIMEOUT' ? 'timeout' : 'error'),
+  );
+  metrics.watchIngress(() => ({ connections: connections(), inFlight: ingress.inFlight.count }));
   // A client that never finishes its request must not hold a socket forever.
   server.requestTimeout = 35_000;
   server.headersTimeout = 10_000;
@@ -108,6 +238,7 @@ async function handle(
   req: IncomingMessage,
   res: ServerResponse,
   options: HttpsServerOptions,
+  ingress: Ingress,
 ): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
   if (req.method === 'GET' && path === '/healthz') return sendText(res, 200, 'ok\n');
@@ -125,12 +256,22 @@ async function handle(
   if (!target) return send(res, 404, { error: 'expected POST /validate/<policy>/<generation>' });
   if (req.method !== 'POST') return send(res, 405, { error: 'use POST' });
 
+  const max = ingress.maxReviewBytes;
   const declared = Number(req.headers['content-length'] ?? 0);
-  if (declared > MAX_REVIEW_BYTES) return tooLarge(req, res);
-  const body = await readBody(req, MAX_REVIEW_BYTES);
-  if (body === undefined) return tooLarge(req, res);
+  if (declared > max) return tooLarge(req, res, max, options.metrics);
+  const body = await readBody(req, max);
+  if (body === undefined) return tooLarge(req, res, max, options.metrics);
   const started = performance.now();
-  const result = await review(body, target.policy, target.generation, options.admission);
+  // Counted from the whole body: the answer needs its uid, even one refused for overload.
+  const slot = ingress.inFlight.enter(target.policy);
+  const overloaded = 'overloaded' in slot ? slot.overloaded : undefined;
+  if (overloaded !== undefined) options.metrics.admissionRefused('overloaded');
+  let result: AdmissionResult;
+  try {
+    result = await review(body, target.policy, target.generation, options.admission, overloaded);
+  } finally {
+    if ('release' in slot) slot.release();
+  }
   send(res, result.status, result.body);
   const seconds = (performance.now() - started) / 1000;
   if (result.verdict)
@@ -177,11 +318,17 @@ function readBody(req: IncomingMessage, max: number): Promise<string | undefined
   });
 }
 
-function tooLarge(req: IncomingMessage, res: ServerResponse): void {
+function tooLarge(
+  req: IncomingMessage,
+  res: ServerResponse,
+  max: number,
+  metrics: PolicyServerMetrics,
+): void {
+  metrics.admissionRefused('too_large');
   send(
     res,
     413,
-    { error: `an AdmissionReview may be at most ${MAX_REVIEW_BYTES} bytes` },
+    { error: `an AdmissionReview may be at most ${max} bytes (--max-review-bytes)` },
     { connection: 'close' },
   );
   res.on('finish', () => req.destroy());

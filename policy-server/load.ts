@@ -1,8 +1,9 @@
 /**
  * Loading one needed generation: take its code (inline `validations`, or the `source`
- * document), compile it to check it, and say Loaded or Failed with a message that names the
- * field path and the CEL position. Compiling here only validates; each evaluation worker
- * compiles the same code again once per (uid, generation) and caches it.
+ * document), compile it and estimate its cost to check it, and say Loaded or Failed with a
+ * message that names the field path and the CEL position, or the estimate and the budget.
+ * Compiling here only validates; each evaluation worker compiles the same code again once per
+ * (uid, generation) and caches it.
  */
 import type { PolicySpec } from '../api/v1alpha1.ts';
 import { clip, type Need } from './lifecycle.ts';
@@ -16,10 +17,14 @@ import {
 /** The code of a policy, as the CEL engine compiles it (`PolicyCode` of policy-server/cel). */
 export type PolicyCodeInput = SourceDocument;
 
-/** The engine's compile step (`compilePolicy` of policy-server/cel), injected for tests. */
+/**
+ * The engine's load-time check (`compileWithinBudget` of policy-server/cel: compile, then the
+ * cost estimate with the policy's settings as `params`), injected for tests.
+ */
 export type Compile = (
   code: PolicyCodeInput,
   fieldPath: string,
+  settings: unknown,
 ) => { ok: true } | { ok: false; errors: string[] };
 
 export type LoadOutcome =
@@ -91,7 +96,7 @@ function compiled(
 ): LoadOutcome {
   let result: ReturnType<Compile>;
   try {
-    result = compile(code, fieldPath);
+    result = compile(code, fieldPath, spec.settings);
   } catch (err) {
     // An engine bug must fail this policy, not the replica.
     return { state: 'Failed', message: clip(`${prefix}compiling failed: ${String(err)}`), source };

@@ -12,7 +12,7 @@ import {
   type PolicyServerConfig,
 } from './config.ts';
 import { startHttpsServer, type PolicyHttpsServer } from './https-server.ts';
-import { compilePolicy } from './cel/index.ts';
+import { compileWithinBudget } from './cel/index.ts';
 import { InlineEvaluator } from './inline.ts';
 import type { Compile } from './load.ts';
 import { PolicyServerMetrics } from './metrics.ts';
@@ -45,7 +45,7 @@ export async function startPolicyServer(
   const logger = baseLogger.child({ server: config.server, pod: config.pod });
   const kc = loadKubeConfig(config.kubeconfig);
   const metrics = new PolicyServerMetrics();
-  const compile: Compile = compilePolicy;
+  const compile: Compile = compileWithinBudget;
 
   const core = kc.makeApiClient(CoreV1Api);
   const publisher = new ReportPublisher({
@@ -104,6 +104,12 @@ export async function startPolicyServer(
     address: config.address,
     logger,
     metrics,
+    limits: {
+      maxReviewBytes: config.maxReviewBytes,
+      maxConnections: config.maxConnections,
+      maxInFlight: config.maxInFlight,
+      tlsHandshakeTimeoutMs: config.tlsHandshakeTimeoutSeconds * 1000,
+    },
     readiness: () => {
       const r = replica.readiness();
       if (!r.ready) return r;

@@ -11,13 +11,22 @@ export class PolicyServerMetrics {
   readonly #loadFailures: Counter<'policy'>;
   readonly #workersLost: Counter<'reason'>;
   readonly #reportWrites: Counter<'result'>;
+  readonly #connectionsRefused: Counter;
+  readonly #handshakeFailures: Counter<'reason'>;
+  readonly #admissionRefused: Counter<'reason'>;
+  #ingress: () => { connections: number; inFlight: number } = () => ({
+    connections: 0,
+    inFlight: 0,
+  });
 
   constructor() {
     const registers = [this.registry];
+    // Includes nodejs_eventloop_lag_{min,max,mean,p50,p90,p99}_seconds (monitorEventLoopDelay,
+    // sampled every 10 ms, so an idle loop reads ~0.010; reset at each scrape).
     collectDefaultMetrics({ register: this.registry });
     this.#requests = new Counter({
       name: 'rollcall_admission_requests_total',
-      help: 'AdmissionReview requests answered, by policy, generation and verdict (allowed|denied|error|timeout)',
+      help: 'AdmissionReview requests answered, by policy, generation and verdict (allowed|denied|error|timeout|cost)',
       labelNames: ['policy', 'generation', 'verdict'],
       registers,
     });
@@ -52,6 +61,40 @@ export class PolicyServerMetrics {
       help: 'Patches of the pod’s report annotation, by result (ok|error)',
       labelNames: ['result'],
       registers,
+    });
+    this.#connectionsRefused = new Counter({
+      name: 'rollcall_connections_refused_total',
+      help: 'Connections closed unanswered because --max-connections were open',
+      registers,
+    });
+    this.#handshakeFailures = new Counter({
+      name: 'rollcall_tls_handshake_failures_total',
+      help: 'TLS handshakes that failed, by reason (timeout: not finished within --tls-handshake-timeout-seconds; error)',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.#admissionRefused = new Counter({
+      name: 'rollcall_admission_refused_total',
+      help: 'AdmissionReview requests not evaluated, by reason (overloaded: past --max-in-flight or a policy’s half of it, answered by failurePolicy; too_large: past --max-review-bytes, HTTP 413)',
+      labelNames: ['reason'],
+      registers,
+    });
+    const ingress = () => this.#ingress();
+    new Gauge({
+      name: 'rollcall_open_connections',
+      help: 'Connections open now, accepted or handed over, TLS handshakes included',
+      registers,
+      collect() {
+        this.set(ingress().connections);
+      },
+    });
+    new Gauge({
+      name: 'rollcall_admission_requests_in_flight',
+      help: 'AdmissionReview requests being answered now (received whole, not yet answered)',
+      registers,
+      collect() {
+        this.set(ingress().inFlight);
+      },
     });
   }
 
@@ -101,5 +144,22 @@ export class PolicyServerMetrics {
 
   reportWrite(result: 'ok' | 'error'): void {
     this.#reportWrites.inc({ result });
+  }
+
+  /** Exposes the HTTPS server's open connections and requests in flight, read at scrape time. */
+  watchIngress(stats: () => { connections: number; inFlight: number }): void {
+    this.#ingress = stats;
+  }
+
+  connectionRefused(): void {
+    this.#connectionsRefused.inc();
+  }
+
+  handshakeFailed(reason: 'timeout' | 'error'): void {
+    this.#handshakeFailures.inc({ reason });
+  }
+
+  admissionRefused(reason: 'overloaded' | 'too_large'): void {
+    this.#admissionRefused.inc({ reason });
   }
 }

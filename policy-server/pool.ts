@@ -1,13 +1,21 @@
 /**
- * A pool of evaluation threads with a deadline per request. CEL has no cost budget in this
- * engine, so a deadline is enforced from outside: an evaluation still running at its deadline
- * has its thread terminated (and replaced), and the caller gets `timeout`.
+ * A pool of evaluation threads with a deadline per request. A thread evaluates under the full
+ * cost budget (an overrun is answered `cost`), but the budget cannot interrupt one call that
+ * runs long (a regular expression with a backreference), so a deadline is enforced from
+ * outside too: an evaluation still running at its deadline has its thread terminated (and
+ * replaced), and the caller gets `timeout`.
  *
  * The deadline counts from the call, queueing included, so a request never waits behind a
  * stuck one longer than its own deadline. To keep one stuck policy from delaying the others,
  * the pool keeps a spare: whenever no thread is idle it starts another, up to `max`; threads
- * beyond `size` stop after being idle for `idleMs`.
+ * beyond `size` stop after being idle for `idleMs`. One policy generation occupies at most
+ * `perKeyMax` threads, by default one core less than the machine has, so a flood of expensive
+ * requests leaves a core to the main thread (probes, inline policies) and to other policies;
+ * and a request that its generation's queue would keep past its deadline (judged by how long
+ * that generation's evaluations take) is answered at once instead of waiting to be cut off,
+ * which would cost a thread.
  */
+import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import type { EvalReply, EvalRequest } from './eval-worker.ts';
 import type { EvalPolicy } from './evaluation.ts';
@@ -18,7 +26,10 @@ export interface PoolOptions {
   size?: number;
   /** Threads at most (busy ones included). Default 8. */
   max?: number;
-  /** Threads one policy generation may occupy at once. Default half of `max` (at least 1). */
+  /**
+   * Threads one policy generation may occupy at once. Default half of `max`, at most one less
+   * than the cores (at least 1).
+   */
   perKeyMax?: number;
   /** A thread beyond `size` idle this long is stopped. Default 30 s. */
   idleMs?: number;
@@ -65,6 +76,12 @@ interface Pending {
   id: number;
   job: PoolJob;
   deadlineMs: number;
+  /** When its deadline passes (Date.now() time). */
+  deadlineAt: number;
+  /** When a thread took it. */
+  startedAt?: number;
+  /** It had to wait for a thread (no thread could take it when it came). */
+  queued?: boolean;
   timer: NodeJS.Timeout;
   resolve(outcome: PoolOutcome): void;
   slot?: Slot;
@@ -75,6 +92,9 @@ const workerUrl = new URL('./eval-worker.ts', import.meta.url);
 /** Policy generations a thread keeps at most; past it, it forgets them all and is sent anew. */
 const KEPT_MAX = 256;
 
+/** Weight of the newest evaluation in a generation's running mean of evaluation times. */
+const DURATION_WEIGHT = 0.3;
+
 export class EvaluationPool {
   readonly #size: number;
   readonly #max: number;
@@ -83,14 +103,21 @@ export class EvaluationPool {
   readonly #options: PoolOptions;
   readonly #slots = new Set<Slot>();
   readonly #queue: Pending[] = [];
+  /** Mean evaluation time (ms) per policy generation, newest weighted DURATION_WEIGHT. */
+  readonly #durations = new Map<string, number>();
   #nextId = 1;
   #closed = false;
+  /** `size` threads have loaded the engine once. */
+  #warmed = false;
 
   constructor(options: PoolOptions = {}) {
     this.#options = options;
     this.#size = Math.max(1, options.size ?? 2);
     this.#max = Math.max(this.#size, options.max ?? 8);
-    this.#perKeyMax = Math.max(1, options.perKeyMax ?? Math.floor(this.#max / 2));
+    this.#perKeyMax = Math.max(
+      1,
+      options.perKeyMax ?? Math.min(Math.floor(this.#max / 2), availableParallelism() - 1),
+    );
     this.#idleMs = options.idleMs ?? 30_000;
     for (let i = 0; i < this.#size; i++) this.#spawn();
   }
@@ -102,26 +129,34 @@ export class EvaluationPool {
     return { threads: this.#slots.size, busy, queued: this.#queue.length };
   }
 
-  /** True once `size` threads have loaded the engine (readiness waits for it). */
+  /**
+   * True once `size` threads have loaded the engine (readiness waits for it at start). It
+   * stays true while a thread cut off at a deadline is replaced: a replica's readiness must
+   * not depend on what its policies evaluate.
+   */
   warm(): boolean {
-    let ready = 0;
-    for (const slot of this.#slots) if (slot.ready) ready++;
-    return ready >= this.#size;
+    return this.#warmed;
   }
 
   /** Evaluates `job`, answering `timeout` once `deadlineMs` have passed, whatever happens. */
   evaluate(job: PoolJob, deadlineMs: number): Promise<PoolOutcome> {
     if (this.#closed) return Promise.resolve({ kind: 'error', message: 'the server is stopping' });
+    const ahead = this.#ahead(job.key);
+    // One with a thread free for it is always tried: that keeps its generation's times fresh.
+    const late = ahead >= this.#perKeyMax ? this.#late(job.key, deadlineMs, ahead) : undefined;
+    if (late) return Promise.resolve({ kind: 'error', message: late });
     return new Promise((resolve) => {
       const pending: Pending = {
         id: this.#nextId++,
         job,
         deadlineMs,
+        deadlineAt: Date.now() + deadlineMs,
         resolve,
         timer: setTimeout(() => this.#expire(pending), deadlineMs),
       };
       this.#queue.push(pending);
       this.#pump();
+      if (!pending.slot) pending.queued = true;
     });
   }
 
@@ -137,6 +172,36 @@ export class EvaluationPool {
       if (slot.job) this.#settle(slot.job, { kind: 'error', message: 'the server is stopping' });
     }
     await Promise.all(slots.map((s) => s.worker.terminate()));
+  }
+
+  /** Requests of generation `key` queued or running. */
+  #ahead(key: string): number {
+    let ahead = 0;
+    for (const p of this.#queue) if (p.job.key === key) ahead++;
+    for (const slot of this.#slots) if (slot.job?.job.key === key) ahead++;
+    return ahead;
+  }
+
+  /**
+   * Why a request of generation `key` with `remainingMs` left, behind `ahead` others of its
+   * generation, cannot finish in time; undefined when it may (or nothing is known yet).
+   */
+  #late(key: string, remainingMs: number, ahead: number): string | undefined {
+    const mean = this.#durations.get(key);
+    if (mean === undefined) return undefined;
+    const rounds = Math.floor(ahead / this.#perKeyMax) + 1;
+    if (rounds * mean <= remainingMs) return undefined;
+    return (
+      `its evaluations take ~${Math.round(mean)} ms and ${ahead} of its requests are ahead ` +
+      `of this one on ${this.#perKeyMax} thread(s): it could not finish within its deadline ` +
+      `(${Math.round(remainingMs)} ms left), so it was not started`
+    );
+  }
+
+  #recordDuration(key: string, ms: number): void {
+    const mean = this.#durations.get(key);
+    if (mean === undefined && this.#durations.size >= KEPT_MAX) this.#durations.clear();
+    this.#durations.set(key, mean === undefined ? ms : mean + DURATION_WEIGHT * (ms - mean));
   }
 
   #spawn(): Slot {
@@ -178,11 +243,20 @@ export class EvaluationPool {
         continue;
       }
       this.#queue.splice(i, 1);
+      // After its wait, it would be cut off at its deadline, and its thread with it.
+      const late = pending.queued
+        ? this.#late(pending.job.key, pending.deadlineAt - Date.now(), 0)
+        : undefined;
+      if (late) {
+        this.#settle(pending, { kind: 'error', message: late });
+        continue;
+      }
       const slot = idle.shift()!;
       clearTimeout(slot.idleTimer);
       slot.idleTimer = undefined;
       slot.job = pending;
       pending.slot = slot;
+      pending.startedAt = Date.now();
       running.set(pending.job.key, (running.get(pending.job.key) ?? 0) + 1);
       slot.worker.postMessage(this.#message(slot, pending));
     }
@@ -210,11 +284,15 @@ export class EvaluationPool {
   #reply(slot: Slot, reply: EvalReply): void {
     if (reply.kind === 'ready') {
       slot.ready = true;
+      let ready = 0;
+      for (const s of this.#slots) if (s.ready) ready++;
+      if (ready >= this.#size) this.#warmed = true;
       return;
     }
     const pending = slot.job;
     if (!pending || pending.id !== reply.id) return; // answered after its deadline: dropped
     slot.job = undefined;
+    this.#recordDuration(pending.job.key, Date.now() - pending.startedAt!);
     const { id: _id, ...outcome } = reply;
     this.#settle(pending, outcome);
     if (this.#slots.size > this.#size) {
@@ -234,6 +312,7 @@ export class EvaluationPool {
     const slot = pending.slot;
     this.#settle(pending, { kind: 'timeout', ms: pending.deadlineMs });
     if (slot && slot.job === pending) {
+      this.#recordDuration(pending.job.key, Date.now() - pending.startedAt!);
       // The only way to stop a running evaluation is to end its thread.
       this.#slots.delete(slot);
       slot.job = undefined;

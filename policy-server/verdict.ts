@@ -3,9 +3,11 @@
  * - protect: the engine's verdict as it is (a denial carries the validation's message,
  *   reason and code);
  * - monitor: always allowed, with a warning naming what it would have denied;
- * - an evaluation that errs, runs past its deadline, or a generation this replica has not
- *   loaded: the policy's failurePolicy decides (Fail: denied, Ignore: allowed with a warning).
+ * - an evaluation that errs, runs past its deadline or its cost budget, or a generation this
+ *   replica has not loaded: the policy's failurePolicy decides (Fail: denied, Ignore: allowed
+ *   with a warning).
  */
+import { formatCost } from './cel/budget.ts';
 
 /** The engine's verdict (`Verdict` of policy-server/cel). */
 export interface EngineVerdict {
@@ -14,6 +16,8 @@ export interface EngineVerdict {
   reason?: string;
   code?: number;
   warnings?: string[];
+  /** Cost units the evaluation used. */
+  cost?: number;
 }
 
 export type Outcome =
@@ -21,6 +25,8 @@ export type Outcome =
   /** The expression failed at run time (no such key, a type error, ...). */
   | { kind: 'error'; message: string }
   | { kind: 'timeout'; ms: number }
+  /** The evaluation ran past its cost budget (units); `used`: when it stopped. */
+  | { kind: 'cost'; budget: number; used?: number }
   /** This replica cannot evaluate the generation the webhook asked for. */
   | { kind: 'unavailable'; message: string };
 
@@ -39,8 +45,8 @@ export interface AdmissionResponse {
   warnings?: string[];
 }
 
-/** The metrics label of an answer. */
-export type VerdictLabel = 'allowed' | 'denied' | 'error' | 'timeout';
+/** The metrics label of an answer (`cost`: past the runtime cost budget). */
+export type VerdictLabel = 'allowed' | 'denied' | 'error' | 'timeout' | 'cost';
 
 const REASON_CODES: Record<string, number> = {
   Unauthorized: 401,
@@ -81,13 +87,16 @@ export function admissionResponse(
       verdict: 'denied',
     };
   }
-  const label: VerdictLabel = outcome.kind === 'timeout' ? 'timeout' : 'error';
+  const label: VerdictLabel =
+    outcome.kind === 'timeout' || outcome.kind === 'cost' ? outcome.kind : 'error';
   const problem =
     outcome.kind === 'timeout'
       ? `${who} timed out: did not finish within ${outcome.ms} ms`
-      : outcome.kind === 'error'
-        ? `${who} failed: ${outcome.message}`
-        : outcome.message;
+      : outcome.kind === 'cost'
+        ? `${who} exceeded its runtime cost budget ${formatCost(outcome.budget)}`
+        : outcome.kind === 'error'
+          ? `${who} failed: ${outcome.message}`
+          : outcome.message;
   // Monitor mode never denies, whatever happened.
   if (ctx.failurePolicy === 'Ignore' || ctx.mode === 'monitor')
     return {

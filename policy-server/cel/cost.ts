@@ -5,6 +5,7 @@
 import type { ASTNode } from '@marcbachmann/cel-js';
 import type { CompiledExpression, CompiledPolicy } from './compile.ts';
 import { superlinearRegex } from './regex.ts';
+import { callOf, COMPARISONS } from './syntax.ts';
 import { children } from './unsupported.ts';
 
 export type CostBound = { bounded: true } | { bounded: false; reason: string };
@@ -131,22 +132,7 @@ const SCALAR = new Set([
 ]);
 
 /** Operators that cost O(1) or at most the smaller operand's size, with a scalar result. */
-const CHEAP_OPERATORS = new Set([
-  '==',
-  '!=',
-  '<',
-  '<=',
-  '>',
-  '>=',
-  '&&',
-  '||',
-  '!_',
-  '-_',
-  '-',
-  '*',
-  '/',
-  '%',
-]);
+const CHEAP_OPERATORS = new Set([...COMPARISONS, '&&', '||', '!_', '-_', '-', '*', '/', '%']);
 
 /** Constants that name a library (`cel.bind`, `strings.quote`), not data. */
 const NAMESPACES = new Set(['cel', 'strings', 'optional', 'google']);
@@ -174,16 +160,6 @@ class NotBounded extends Error {}
 
 function fail(reason: string): never {
   throw new NotBounded(reason);
-}
-
-/** The callee of a call node and its operands (receiver first). */
-function callOf(node: ASTNode): { name: string; operands: ASTNode[]; args: ASTNode[] } | undefined {
-  if (node.op === 'call') return { name: node.args[0], operands: node.args[1], args: node.args[1] };
-  if (node.op === 'rcall') {
-    const [name, receiver, args] = node.args;
-    return { name, operands: [receiver, ...args], args };
-  }
-  return undefined;
 }
 
 /** The AST nodes among a node's operands, in order (a call's: its operands). */

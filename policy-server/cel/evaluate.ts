@@ -1,8 +1,10 @@
 // evaluatePolicy: ValidatingAdmissionPolicy semantics on one admission request. Synchronous and
-// pure; the policy server bounds its time (a worker with a deadline, then failurePolicy).
+// pure; a cost budget bounds it (meter.ts), and the policy server adds a deadline in its threads.
 import type { CompiledExpression, CompiledPolicy, CompiledValidation } from './compile.ts';
 import { describeCelError, EvaluationError } from './errors.ts';
 import { Activation } from './activation.ts';
+import { REQUEST_COST_BUDGET } from './budget.ts';
+import { charge, CostLimitExceeded, exceededBudget, instrument, metered } from './meter.ts';
 
 export interface AdmissionInput {
   /** AdmissionReview.request, as parsed JSON. */
@@ -19,6 +21,8 @@ export interface Verdict {
   reason?: string;
   code?: number;
   warnings?: string[];
+  /** Cost units the evaluation used (meter.ts). */
+  cost: number;
 }
 
 export interface EvaluateOptions {
@@ -28,6 +32,12 @@ export interface EvaluateOptions {
    * default) the first failure throws EvaluationError, and the caller denies.
    */
   failurePolicy?: 'Fail' | 'Ignore';
+  /**
+   * Cost units all the expressions of this request may use together (default
+   * REQUEST_COST_BUDGET). Past it, CostLimitExceeded ends the evaluation whatever the
+   * failurePolicy: skipping the expression would let a policy run past any budget.
+   */
+  budget?: number;
 }
 
 /** VAP's limit on a messageExpression's result. */
@@ -36,15 +46,22 @@ const MAX_MESSAGE_LENGTH = 5120;
 type Context = Record<string, unknown>;
 
 function run(expression: CompiledExpression, context: Context): unknown {
+  let value: unknown;
   try {
-    return expression.program(context);
+    charge(1); // the root: the library runs only the nodes below it through the meter
+    value = expression.program(context);
   } catch (error) {
+    if (error instanceof CostLimitExceeded) throw error;
     throw new EvaluationError(
       `expression '${expression.source}' resulted in error: ${describeCelError(error)}`,
       expression.fieldPath,
       { cause: error },
     );
   }
+  // The library catches errors inside `||`, `&&` and `exists`: an overrun must not pass as a value.
+  const overrun = exceededBudget();
+  if (overrun) throw overrun;
+  return value;
 }
 
 function runBool(expression: CompiledExpression, context: Context): boolean {
@@ -71,7 +88,8 @@ function denialMessage(validation: CompiledValidation, context: Context): string
       ) {
         return value;
       }
-    } catch {
+    } catch (error) {
+      if (error instanceof CostLimitExceeded) throw error;
       // The apiserver falls back to the static message when messageExpression fails.
     }
   }
@@ -79,18 +97,48 @@ function denialMessage(validation: CompiledValidation, context: Context): string
   return `failed expression: ${validation.expression.source.trim()}`;
 }
 
+/** Expressions of `policy`, every kind (variables first, as they are declared). */
+function expressionsOf(policy: CompiledPolicy): CompiledExpression[] {
+  return [
+    ...policy.variables.map((v) => v.expression),
+    ...policy.matchConditions.map((c) => c.expression),
+    ...policy.validations.flatMap((v) =>
+      v.messageExpression ? [v.expression, v.messageExpression] : [v.expression],
+    ),
+  ];
+}
+
+const metering = new WeakSet<CompiledPolicy>();
+
 /**
  * Evaluates a compiled policy on one request, as a ValidatingAdmissionPolicy with
  * validationActions [Deny] would: match conditions first (any false: allowed without
  * validating), then validations in order; the first that is false denies with its message and
- * reason. Throws EvaluationError when an expression fails (see EvaluateOptions).
+ * reason. Throws EvaluationError when an expression fails (see EvaluateOptions), and
+ * CostLimitExceeded when the request's expressions together run past the budget.
  */
 export function evaluatePolicy(
   policy: CompiledPolicy,
   input: AdmissionInput,
   options: EvaluateOptions = {},
 ): Verdict {
+  if (!metering.has(policy)) {
+    for (const expression of expressionsOf(policy)) instrument(expression.program.ast);
+    metering.add(policy);
+  }
   const ignoreErrors = options.failurePolicy === 'Ignore';
+  const { value, cost } = metered(options.budget ?? REQUEST_COST_BUDGET, () =>
+    decide(policy, input, ignoreErrors),
+  );
+  return { ...value, cost };
+}
+
+/** evaluatePolicy's verdict, under the meter it runs. */
+function decide(
+  policy: CompiledPolicy,
+  input: AdmissionInput,
+  ignoreErrors: boolean,
+): Omit<Verdict, 'cost'> {
   const context = new Activation(policy, input) as unknown as Context;
 
   // A false match condition wins over a failed one (the apiserver evaluates them all).
@@ -99,6 +147,7 @@ export function evaluatePolicy(
     try {
       if (!runBool(condition.expression, context)) return { allowed: true };
     } catch (error) {
+      if (error instanceof CostLimitExceeded) throw error;
       conditionError ??= error as EvaluationError;
     }
   }
@@ -112,7 +161,7 @@ export function evaluatePolicy(
     try {
       passed = runBool(validation.expression, context);
     } catch (error) {
-      if (ignoreErrors) continue;
+      if (ignoreErrors && !(error instanceof CostLimitExceeded)) continue;
       throw error;
     }
     if (!passed) {

@@ -11,6 +11,13 @@ export {
   type Variable,
 } from './compile.ts';
 export { costBound, type CostBound } from './cost.ts';
+export {
+  compileWithinBudget,
+  costProblem,
+  estimateCost,
+  type ExpressionEstimate,
+  type PolicyEstimate,
+} from './estimate.ts';
 export { EvaluationError } from './errors.ts';
 export {
   evaluatePolicy,
@@ -19,3 +26,4 @@ export {
   type Verdict,
 } from './evaluate.ts';
 export { toCelValue } from './json-values.ts';
+export { CostLimitExceeded } from './meter.ts';

@@ -1,8 +1,10 @@
 // Kubernetes' lists library (sum, min, max, isSorted, indexOf, lastIndexOf), which the CEL
 // library lacks. Lists from an object are list<dyn>, so each function checks element types at
-// run time, as cel-go does for dyn lists.
+// run time, as cel-go does for dyn lists. Those that compare elements charge the cost meter
+// for what they read (meter.ts).
 import type { Environment } from '@marcbachmann/cel-js';
 import { UnsignedInt } from '@marcbachmann/cel-js/evaluator';
+import { charge, chargeMembership, deepWeight } from './meter.ts';
 
 type Comparable = bigint | number | string | boolean;
 
@@ -85,12 +87,14 @@ function sum(list: readonly unknown[]): unknown {
 
 function extreme(list: readonly unknown[], sign: number, name: string): unknown {
   if (list.length === 0) throw new Error(`${name} called on empty list`);
+  charge(deepWeight(list)); // comparing strings reads them
   let best = list[0];
   for (const item of list.slice(1)) if (compare(item, best) * sign > 0) best = item;
   return best;
 }
 
 function isSorted(list: readonly unknown[]): boolean {
+  charge(deepWeight(list));
   for (let i = 1; i < list.length; i++) if (compare(list[i - 1], list[i]) > 0) return false;
   return true;
 }
@@ -102,10 +106,12 @@ export function registerLists(env: Environment): void {
     .registerFunction('list<dyn>.min(): dyn', (l: unknown[]) => extreme(l, -1, 'min'))
     .registerFunction('list<dyn>.max(): dyn', (l: unknown[]) => extreme(l, 1, 'max'))
     .registerFunction('list<dyn>.isSorted(): bool', isSorted)
-    .registerFunction('list<dyn>.indexOf(dyn): int', (l: unknown[], x: unknown) =>
-      BigInt(l.findIndex((v) => celEquals(v, x))),
-    )
-    .registerFunction('list<dyn>.lastIndexOf(dyn): int', (l: unknown[], x: unknown) =>
-      BigInt(l.findLastIndex((v) => celEquals(v, x))),
-    );
+    .registerFunction('list<dyn>.indexOf(dyn): int', (l: unknown[], x: unknown) => {
+      chargeMembership(x, l);
+      return BigInt(l.findIndex((v) => celEquals(v, x)));
+    })
+    .registerFunction('list<dyn>.lastIndexOf(dyn): int', (l: unknown[], x: unknown) => {
+      chargeMembership(x, l);
+      return BigInt(l.findLastIndex((v) => celEquals(v, x)));
+    });
 }

@@ -4,6 +4,7 @@
 // catastrophic pattern falls back to a linear-time engine instead of stalling the process.
 import { setFlagsFromString } from 'node:v8';
 import type { Environment } from '@marcbachmann/cel-js';
+import { BACKTRACKING_MATCH_UNITS, charge, chargeResult, surcharge } from './meter.ts';
 
 /** RE2 syntax that JS either rejects or silently reads as something else. */
 const UNSUPPORTED_SYNTAX: readonly [RegExp, string][] = [
@@ -164,20 +165,49 @@ function compiled(pattern: string): RegExp {
   return re;
 }
 
+/** Cost units per match attempt of `pattern` beyond reading the text, by pattern (bounded). */
+const matchUnits = new Map<string, number>();
+
+/**
+ * What one match of `pattern` may cost beyond reading the text: a pattern V8's linear-time
+ * engine does not take from the start may backtrack 50,000 times before V8 switches to it (a
+ * backreference or a lookaround never switches: only the thread's deadline stops those).
+ */
+function backtrackingUnits(pattern: unknown): number {
+  if (typeof pattern !== 'string') return 0;
+  let units = matchUnits.get(pattern);
+  if (units === undefined) {
+    units = superlinearRegex(pattern) === undefined ? 0 : BACKTRACKING_MATCH_UNITS;
+    if (matchUnits.size >= CACHE_LIMIT) matchUnits.clear();
+    matchUnits.set(pattern, units);
+  }
+  return units;
+}
+
 function find(text: string, pattern: string): string {
   const re = compiled(pattern);
+  charge(backtrackingUnits(pattern));
   return re.exec(text)?.[0] ?? '';
 }
 
 function findAll(text: string, pattern: string, limit = -1n): string[] {
   if (limit === 0n) return [];
+  const re = compiled(pattern);
+  const attempt = backtrackingUnits(pattern);
+  charge(attempt);
   const out: string[] = [];
-  for (const match of text.matchAll(compiled(pattern))) {
+  // Each match is charged as it is found: an empty pattern matches at every character.
+  for (const match of text.matchAll(re)) {
+    chargeResult(1);
+    charge(attempt);
     out.push(match[0]);
     if (limit > 0n && BigInt(out.length) >= limit) break;
   }
   return out;
 }
+
+// The CEL library's `matches` compiles and runs its pattern on each call.
+surcharge('matches', (operands) => backtrackingUnits(operands[1]));
 
 /** Registers Kubernetes' regex library (find, findAll) on `env`. */
 export function registerRegex(env: Environment): void {

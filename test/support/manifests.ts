@@ -35,6 +35,46 @@ export function policyServerManifest(name: string, spec: Record<string, unknown>
   return { apiVersion: API_VERSION, kind: 'PolicyServer', metadata: { name }, spec };
 }
 
+/** The label that picks, among a test's Policies, the one that judges an object. */
+export const CASE_LABEL = 'e2e.rollcall.dev/case';
+
+/**
+ * A Policy on `server` that judges CREATE of the ConfigMaps in `namespace` labelled
+ * `CASE_LABEL=<name>` (one test case each); `spec` brings its code.
+ */
+export function casePolicy(
+  name: string,
+  server: string,
+  namespace: string,
+  spec: Record<string, unknown>,
+) {
+  return policyManifest(name, server, {
+    rules: [createRule('configmaps')],
+    namespaceSelector: namespaceNamed(namespace),
+    objectSelector: { matchLabels: { [CASE_LABEL]: name } },
+    ...spec,
+  });
+}
+
+/** A ConfigMap, uniquely named, that the case Policy `caseName` judges. */
+export function caseConfigMap(
+  caseName: string,
+  {
+    labels = {},
+    data = {},
+  }: { labels?: Record<string, string>; data?: Record<string, string> } = {},
+) {
+  return {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: {
+      name: `${caseName}-${Math.random().toString(36).slice(2, 7)}`,
+      labels: { [CASE_LABEL]: caseName, ...labels },
+    },
+    data,
+  };
+}
+
 /**
  * A Policy on `server` that judges CREATE of ConfigMaps in `namespace` only and denies those
  * whose name starts with `refused`, saying "refused by rollcall".

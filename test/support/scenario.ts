@@ -10,13 +10,19 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify } from 'yaml';
 import { z } from 'zod';
-import { CoreV1Api, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
+import {
+  AdmissionregistrationV1Api,
+  CoreV1Api,
+  type KubeConfig,
+  type KubernetesObject,
+} from '@kubernetes/client-node';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../api/constants.ts';
-import type { Condition, Policy } from '../../api/v1alpha1.ts';
+import type { Condition, Policy, PolicyServer } from '../../api/v1alpha1.ts';
 import { readReplicaReport, type ReplicaReport } from '../../api/report.ts';
 import { getJson, kubeConfigTarget } from '../../kube/api.ts';
 import { httpsRequest, type HttpsAnswer } from './https.ts';
 import { testCluster, watchUntil } from './kube.ts';
+import { policyServerManifest } from './manifests.ts';
 
 export type Obj = KubernetesObject & Record<string, unknown>;
 export type PolicyObject = Policy & KubernetesObject;
@@ -66,6 +72,39 @@ export const isTrue = (obj: { status?: { conditions?: Condition[] } }, type: str
 /** The status describes the current generation. */
 export const isCurrent = (p: PolicyObject) =>
   p.metadata?.generation !== undefined && p.status?.observedGeneration === p.metadata.generation;
+
+/** Ready on all of `replicas` replicas, for its current generation. */
+export const readyOnAll = (replicas: number) => (p: PolicyObject) =>
+  isCurrent(p) && isTrue(p, 'Ready') && p.status?.ready === `${replicas}/${replicas}`;
+/** Stalled, its current generation failed on all of `replicas` replicas. */
+export const stalledOnAll = (replicas: number) => (p: PolicyObject) =>
+  isCurrent(p) && isTrue(p, 'Stalled') && p.status?.failedReplicas === replicas;
+export const readyMessage = (p: PolicyObject) => condition(p, 'Ready')?.message ?? '';
+
+/** The Policy's webhook configuration, or undefined when it has none. */
+export const webhookOf = (kc: KubeConfig, policyName: string) =>
+  kc
+    .makeApiClient(AdmissionregistrationV1Api)
+    .readValidatingWebhookConfiguration({ name: `rollcall-${policyName}` })
+    .catch((err: { code?: number }): undefined => {
+      if (err.code === 404) return undefined;
+      throw err;
+    });
+
+/** Applies a PolicyServer of rollcall's own image and waits until all its replicas are Ready. */
+export async function startPolicyServer(
+  kc: KubeConfig,
+  name: string,
+  replicas: number,
+): Promise<void> {
+  await apply(policyServerManifest(name, { replicas }));
+  await watchUntil<PolicyServer & KubernetesObject>(
+    kc,
+    POLICY_SERVERS_PATH,
+    (s) => s.status?.ready === `${replicas}/${replicas}` && isTrue(s, 'Ready'),
+    { fieldSelector: `metadata.name=${name}`, timeoutMs: 90_000 },
+  );
+}
 
 /** The resourceVersion of a list now: a watch from it sees every later change, none before. */
 export async function listVersion(kc: KubeConfig, path: string): Promise<string> {
@@ -178,6 +217,24 @@ export async function serverPods(
       process: agent[name],
     };
   });
+}
+
+/** A live replica: its pod, and the loopback port and pid of its process. */
+export interface ReplicaProcess {
+  pod: string;
+  port: number;
+  pid: number;
+}
+
+/** The processes of `readyReplicas`. */
+export async function replicaProcesses(
+  kc: KubeConfig,
+  namespace: string,
+  server: string,
+  replicas: number,
+): Promise<ReplicaProcess[]> {
+  const pods = await readyReplicas(kc, namespace, server, replicas);
+  return pods.map((p) => ({ pod: p.name, port: p.process!.port, pid: p.process!.pid }));
 }
 
 /**

@@ -11,26 +11,18 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify } from 'yaml';
 import {
-  AdmissionregistrationV1Api,
   CustomObjectsApi,
   type KubernetesObject,
   type V1Pod,
   type V1ValidatingWebhookConfiguration,
 } from '@kubernetes/client-node';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../../api/constants.ts';
-import type { PolicyServer } from '../../../api/v1alpha1.ts';
 import { readReplicaReport } from '../../../api/report.ts';
 import { testKubeConfig, waitGone, watchUntil } from '../../support/kube.ts';
 import { Processes } from '../../support/driver.ts';
-import {
-  createRule,
-  namespaceNamed,
-  policyManifest,
-  policyServerManifest,
-} from '../../support/manifests.ts';
+import { caseConfigMap, casePolicy } from '../../support/manifests.ts';
 import {
   POLICIES_PATH,
-  POLICY_SERVERS_PATH,
   WEBHOOKS_PATH,
   admissionReview,
   apply,
@@ -42,10 +34,16 @@ import {
   kubectlAsync,
   listVersion,
   readNodeAgent,
+  readyMessage,
+  readyOnAll,
   readyReplicas,
+  replicaProcesses,
   replicaTls,
+  stalledOnAll,
+  startPolicyServer,
   untilVerdict,
   waitPolicy,
+  webhookOf,
   type Obj,
   type PolicyObject,
   type ReplicaTls,
@@ -55,7 +53,6 @@ const kc = testKubeConfig();
 const namespace = 'rollcall-rps'; // rollcall's own: the policy-server pods run here
 const target = 'rps-target'; // where the test's ConfigMaps are judged
 const SERVER = 'rps';
-const CASE = 'e2e.rollcall.dev/case';
 const configmaps = `/api/v1/namespaces/${target}/configmaps`;
 const podsPath = `/api/v1/namespaces/${namespace}/pods`;
 
@@ -66,38 +63,24 @@ const goodCode = (message: string) => ({ validations: [{ expression: OWNER_RULE,
 /** A typo: `objekt` is not a variable; the type checker refuses it with its position. */
 const typoCode = { validations: [{ expression: "'owner' in objekt.metadata.labels" }] };
 
-/** A Policy on the shared server that judges ConfigMaps labelled `CASE=<label>` in `target`. */
-function policy(name: string, code: Record<string, unknown>, extra: Record<string, unknown> = {}) {
-  return policyManifest(name, SERVER, {
-    rules: [createRule('configmaps')],
-    namespaceSelector: namespaceNamed(target),
-    objectSelector: { matchLabels: { [CASE]: name } },
-    ...code,
-    ...extra,
-  }) satisfies Obj;
-}
+/** A Policy on the shared server that judges the ConfigMaps of its case in `target`. */
+const policy = (name: string, code: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
+  casePolicy(name, SERVER, target, { ...code, ...extra }) satisfies Obj;
 
 /** A ConfigMap the policy `caseName` judges; `owner` makes it conform to OWNER_RULE. */
-function configMap(caseName: string, { owner = false, data = {} } = {}): Obj {
-  return {
-    apiVersion: 'v1',
-    kind: 'ConfigMap',
-    metadata: {
-      name: `${caseName}-${Math.random().toString(36).slice(2, 7)}`,
-      labels: { [CASE]: caseName, ...(owner ? { owner: 'e2e' } : {}) },
-    },
-    data,
-  };
-}
+const configMap = (caseName: string, { owner = false, data = {} } = {}): Obj =>
+  caseConfigMap(caseName, { labels: owner ? { owner: 'e2e' } : {}, data });
 const review = (cm: Obj) => admissionReview(cm, { resource: 'configmaps', namespace: target });
 
-// Expensive: 1000³ additions, far beyond any 2 s budget; if it ever finished it would allow.
-const ITEMS = Array.from({ length: 1000 }, (_, i) => i);
+// Expensive on the request it judges: 1000³ concatenations over the ConfigMap's keys, far
+// beyond the runtime cost budget; cheap on the smallest request, so it loads (the same loops
+// over 1000 settings items would be refused at load). If it ever finished it would allow.
+const expensiveData = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`k${i}`, '']));
 const expensiveCode = {
   validations: [
     {
       expression:
-        '!params.items.exists(a, params.items.exists(b, params.items.exists(c, a + b + c < 0)))',
+        "!object.data.exists(a, object.data.exists(b, object.data.exists(c, a + b + c == '')))",
       message: 'expensive policy finished',
     },
   ],
@@ -129,15 +112,6 @@ function startBundleServer(): Promise<Server> {
 
 // ---------------------------------------------------------------- helpers
 
-const webhookOf = (name: string) =>
-  kc
-    .makeApiClient(AdmissionregistrationV1Api)
-    .readValidatingWebhookConfiguration({ name: `rollcall-${name}` })
-    .catch((err: { code?: number }): undefined => {
-      if (err.code === 404) return undefined;
-      throw err;
-    });
-
 /** The Policy's webhook once it exists (rollcall writes it right after the status says Ready). */
 const webhookWhen = (
   name: string,
@@ -148,17 +122,11 @@ const webhookWhen = (
     timeoutMs: 30_000,
   });
 
-const isReady = (p: PolicyObject) =>
-  isCurrent(p) && isTrue(p, 'Ready') && p.status?.ready === '3/3';
-const isStalledEverywhere = (p: PolicyObject) =>
-  isCurrent(p) && isTrue(p, 'Stalled') && p.status?.failedReplicas === 3;
-const readyMessage = (p: PolicyObject) => condition(p, 'Ready')?.message ?? '';
+const isReady = readyOnAll(3);
+const isStalledEverywhere = stalledOnAll(3);
 
 /** Every live replica of the server: its pod name and loopback port. */
-async function replicas() {
-  const pods = await readyReplicas(kc, namespace, SERVER, 3);
-  return pods.map((p) => ({ pod: p.name, port: p.process!.port, pid: p.process!.pid }));
-}
+const replicas = () => replicaProcesses(kc, namespace, SERVER, 3);
 
 /** The report entries for `policy` of every pod, as they change, until `done` holds on all pods. */
 function watchReports(
@@ -209,13 +177,7 @@ describe('rollcall with real policy servers (3 replicas of the default image)', 
     bundles = await startBundleServer();
     // No --webhook-url: webhooks reference the policy server's Service, as in a real cluster.
     procs.run(['--install-crds']);
-    await apply(policyServerManifest(SERVER, { replicas: 3 }));
-    await watchUntil<PolicyServer & KubernetesObject>(
-      kc,
-      POLICY_SERVERS_PATH,
-      (s) => s.status?.ready === '3/3' && isTrue(s, 'Ready'),
-      { fieldSelector: `metadata.name=${SERVER}`, timeoutMs: 90_000 },
-    );
+    await startPolicyServer(kc, SERVER, 3);
     const live = await replicas();
     pidsAtStart = Object.fromEntries(live.map((r) => [r.pod, r.pid]));
     tls = await replicaTls(kc, namespace, SERVER);
@@ -255,12 +217,10 @@ describe('rollcall with real policy servers (3 replicas of the default image)', 
       policy('src-digest', { source: { url: `${base}/bundle.yaml`, sha256: WRONG_SHA } }),
       policy('src-slow', { source: { url: `${base}/slow.yaml`, sha256: BUNDLE_SHA } }),
       policy('slow-fail', expensiveCode, {
-        settings: { items: ITEMS },
         timeoutSeconds: TIMEOUT_S,
         failurePolicy: 'Fail',
       }),
       policy('slow-ignore', expensiveCode, {
-        settings: { items: ITEMS },
         timeoutSeconds: TIMEOUT_S,
         failurePolicy: 'Ignore',
       }),
@@ -321,7 +281,7 @@ describe('rollcall with real policy servers (3 replicas of the default image)', 
     assert.match(message, /at \d+:\d+/, 'the error carries its position');
     assert.match(message, /no webhook is registered/);
     for (const f of stalled.status?.failures ?? []) assert.match(f.message, /objekt.*at \d+:\d+/);
-    assert.equal(await webhookOf('typo'), undefined);
+    assert.equal(await webhookOf(kc, 'typo'), undefined);
 
     const now = Object.fromEntries((await replicas()).map((r) => [r.pod, r.pid]));
     assert.deepEqual(now, pidsAtStart, 'the same pods with the same processes');
@@ -420,7 +380,7 @@ describe('rollcall with real policy servers (3 replicas of the default image)', 
     );
     const budget = TIMEOUT_S * 1000 + 1000;
     const [one] = await replicas();
-    const expensive = review(configMap('slow-fail'));
+    const expensive = review(configMap('slow-fail', { data: expensiveData }));
 
     // On one replica: the expensive request, and meanwhile the good policy, timed.
     const pending = callReplica(one!.port, '/validate/slow-fail/1', expensive, tls);
@@ -433,13 +393,13 @@ describe('rollcall with real policy servers (3 replicas of the default image)', 
     assert.equal(fast.allowed, false);
     assert.ok(fast.ms < 750, `the good policy answered in ${fast.ms.toFixed(0)} ms`);
     assert.equal(slow.allowed, false, 'failurePolicy Fail: denied');
-    assert.match(slow.message, /deadline|timed? ?out|timeout/i);
+    assert.match(slow.message, /runtime cost budget|deadline|timed? ?out|timeout/i);
     assert.ok(slow.ms < budget, `answered in ${slow.ms.toFixed(0)} ms`);
 
     const ignored = await callReplica(
       one!.port,
       '/validate/slow-ignore/1',
-      review(configMap('slow-ignore')),
+      review(configMap('slow-ignore', { data: expensiveData })),
       tls,
     );
     assert.equal(ignored.allowed, true, 'failurePolicy Ignore: allowed');
@@ -447,10 +407,15 @@ describe('rollcall with real policy servers (3 replicas of the default image)', 
 
     // Through the apiserver: the same verdicts, in time.
     const [viaFail, viaIgnore] = await Promise.all([
-      untilVerdict(kc, configmaps, configMap('slow-fail'), (v) => !v.allowed),
-      dryRunCreate(kc, configmaps, configMap('slow-ignore')),
+      untilVerdict(
+        kc,
+        configmaps,
+        configMap('slow-fail', { data: expensiveData }),
+        (v) => !v.allowed,
+      ),
+      dryRunCreate(kc, configmaps, configMap('slow-ignore', { data: expensiveData })),
     ]);
-    assert.match(viaFail.message, /deadline|timed? ?out|timeout/i);
+    assert.match(viaFail.message, /runtime cost budget|deadline|timed? ?out|timeout/i);
     assert.ok(viaFail.ms < budget + 500, `apiserver answered in ${viaFail.ms.toFixed(0)} ms`);
     t.diagnostic(
       `through the apiserver: Fail denied in ${viaFail.ms.toFixed(0)} ms, Ignore allowed in ${viaIgnore.ms.toFixed(0)} ms`,

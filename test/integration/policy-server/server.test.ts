@@ -4,55 +4,29 @@
 // served generation from its PolicyRevision when the current one breaks, loads spec.source
 // documents (404, digest mismatch, slow, fixed later), and exits cleanly.
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import {
-  createWriteStream,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import {
-  CoreV1Api,
-  CustomObjectsApi,
-  PatchStrategy,
-  setHeaderOptions,
-  type V1Pod,
-} from '@kubernetes/client-node';
-import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../../api/constants.ts';
-import { repoRoot } from '../../../cluster/paths.ts';
-import { ensurePki, issueCertificate } from '../../../cluster/pki.ts';
-import { installCrds } from '../../../roles/install-crds.ts';
-import { testCluster, testKubeConfig, uniqueName } from '../../support/kube.ts';
+import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { POLICY_SERVER_LABEL } from '../../../api/constants.ts';
+import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import { callLocal } from '../../support/https.ts';
-import { ensureNamespace, logDir } from '../../support/rollcall.ts';
+import { policyManifest } from '../../support/manifests.ts';
+import { configMapReview, TestPolicyServer } from '../../support/policy-server-process.ts';
 import { until as poll } from '../../support/scenario.ts';
 
 const kc = testKubeConfig();
-const core = kc.makeApiClient(CoreV1Api);
 const custom = kc.makeApiClient(CustomObjectsApi);
 const namespace = uniqueName('ps-server');
 const server = uniqueName('srv');
 const podName = 'policy-server-under-test';
+const ps = new TestPolicyServer({ namespace, server, podName });
 const good = `${server}-names`;
 const typo = `${server}-typo`;
 const foreign = `${server}-other`;
 const group = { group: 'rollcall.dev', version: 'v1alpha1' };
-
-interface ReportEntry {
-  uid: string;
-  generation: number;
-  state: string;
-  message?: string;
-  serving?: number;
-}
 
 const rules = [
   { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] },
@@ -69,23 +43,13 @@ const goodSpec = {
   ],
 };
 
-function policy(name: string, spec: Record<string, unknown>) {
-  return { apiVersion: 'rollcall.dev/v1alpha1', kind: 'Policy', metadata: { name }, spec };
-}
-
 const until = <T>(what: string, check: () => Promise<T | undefined>, timeoutMs = 60_000) =>
   poll(what, check, { timeoutMs, everyMs: 100 });
-
-async function report(): Promise<Record<string, ReportEntry>> {
-  const pod: V1Pod = await core.readNamespacedPod({ name: podName, namespace });
-  const raw = pod.metadata?.annotations?.[REPORT_ANNOTATION];
-  return raw ? (JSON.parse(raw) as Record<string, ReportEntry>) : {};
-}
+const report = () => ps.report();
+/** A Policy on this file's server, unless `spec` names another. */
+const policy = (name: string, spec: Record<string, unknown>) => policyManifest(name, server, spec);
 
 describe('rollcall policy-server on the local cluster', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rollcall-ps-it-'));
-  const tlsDir = join(dir, 'tls');
-  let ca: Buffer;
   let child: ChildProcess;
   let port: number;
   let startedAt: number;
@@ -94,29 +58,9 @@ describe('rollcall policy-server on the local cluster', () => {
   const cleanup: string[] = [];
 
   const call = (method: string, path: string, body?: unknown) =>
-    callLocal(port, ca, method, path, body === undefined ? undefined : JSON.stringify(body));
+    callLocal(port, ps.ca, method, path, body === undefined ? undefined : JSON.stringify(body));
 
-  const review = (name: string) => ({
-    apiVersion: 'admission.k8s.io/v1',
-    kind: 'AdmissionReview',
-    request: {
-      uid: `req-${name}`,
-      kind: { group: '', version: 'v1', kind: 'ConfigMap' },
-      resource: { group: '', version: 'v1', resource: 'configmaps' },
-      operation: 'CREATE',
-      namespace,
-      name,
-      userInfo: { username: 'tester' },
-      object: {
-        apiVersion: 'v1',
-        kind: 'ConfigMap',
-        metadata: { name, namespace },
-        data: { a: '1' },
-      },
-      oldObject: null,
-      dryRun: false,
-    },
-  });
+  const review = (name: string) => configMapReview(`req-${name}`, namespace, name, { a: '1' });
   const validate = async (policyName: string, generation: number, name: string) => {
     const res = await call('POST', `/validate/${policyName}/${generation}`, review(name));
     assert.equal(res.status, 200, res.body);
@@ -133,23 +77,7 @@ describe('rollcall policy-server on the local cluster', () => {
   };
 
   before(async () => {
-    await installCrds(kc, { info: () => {} });
-    await ensureNamespace(kc, namespace);
-    await core.createNamespacedPod({
-      namespace,
-      body: {
-        metadata: { name: podName, labels: { [POLICY_SERVER_LABEL]: server } },
-        // Not rollcall's image: the node agent must leave this pod alone; this test runs the process.
-        spec: { containers: [{ name: 'policy-server', image: 'example.invalid/not-run:1' }] },
-      },
-    });
-    const pki = ensurePki(join(dir, 'pki'));
-    ca = readFileSync(pki.caCert);
-    const { cert, key } = issueCertificate(pki.dir, 'serving', 'policy-server', ['IP:127.0.0.1']);
-    mkdirSync(tlsDir);
-    writeFileSync(join(tlsDir, 'tls.crt'), readFileSync(cert));
-    writeFileSync(join(tlsDir, 'tls.key'), readFileSync(key));
-
+    await ps.prepare();
     for (const [name, spec] of [
       [good, goodSpec],
       [
@@ -171,48 +99,16 @@ describe('rollcall policy-server on the local cluster', () => {
       uids[name] = created.metadata.uid;
     }
 
-    mkdirSync(logDir, { recursive: true });
-    const log = createWriteStream(join(logDir, 'policy-server-it.log'), { flags: 'a' });
-    startedAt = Date.now();
-    child = spawn(
-      process.execPath,
-      [
-        join(repoRoot, 'cli', 'rollcall.ts'),
-        'policy-server',
-        `--server=${server}`,
-        `--pod=${podName}`,
-        `--namespace=${namespace}`,
-        `--tls-dir=${tlsDir}`,
-        '--port=8443',
-        '--address=127.0.0.1',
-        '--port=0', // a later flag wins, as the node agent relies on
-      ],
-      {
-        cwd: repoRoot,
-        env: { ...process.env, KUBECONFIG: testCluster().kubeconfig, LOG_LEVEL: 'debug' },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    child.stderr?.pipe(log);
-    port = await new Promise<number>((resolve, reject) => {
-      let buffered = '';
-      child.once('exit', (code) =>
-        reject(new Error(`policy-server exited with ${code} before listening`)),
-      );
-      child.stdout?.on('data', (chunk: Buffer) => {
-        log.write(chunk);
-        buffered += String(chunk);
-        const line = buffered.split('\n').find((l) => l.includes('"policy server started"'));
-        if (line) {
-          listeningAt = Date.now();
-          resolve((JSON.parse(line) as { port: number }).port);
-        }
-      });
-    });
+    ({ child, port, startedAt, listeningAt } = await ps.start({
+      logName: 'policy-server-it.log',
+      // A later flag wins, as the node agent relies on: start() ends with --port=0.
+      args: ['--port=8443'],
+      env: { LOG_LEVEL: 'debug' },
+    }));
   });
 
   after(async () => {
-    if (child && child.exitCode === null) child.kill('SIGKILL');
+    ps.kill();
     for (const name of [good, typo, foreign, ...cleanup])
       await custom
         .deleteClusterCustomObject({ ...group, plural: 'policies', name })
@@ -220,8 +116,7 @@ describe('rollcall policy-server on the local cluster', () => {
     await custom
       .deleteClusterCustomObject({ ...group, plural: 'policyrevisions', name: `${good}-1` })
       .catch(() => {});
-    await core.deleteNamespace({ name: namespace }).catch(() => {});
-    rmSync(dir, { recursive: true, force: true });
+    await ps.cleanUp();
   });
 
   test('reports a good Policy Loaded and a CEL typo Failed with its position, and only its own server’s', async () => {

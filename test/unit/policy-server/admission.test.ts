@@ -156,6 +156,25 @@ describe('an admission request', () => {
     });
   });
 
+  test('on an overloaded replica, a loaded generation is answered by its failurePolicy without evaluating, and one not loaded says so', async () => {
+    const d = deps();
+    const overloaded = 'policy p: policy server overloaded: 4 requests in flight (limit 4)';
+    const result = await review(body(), 'p', 1, d, overloaded);
+    assert.equal(d.jobs.length, 0);
+    assert.deepEqual([result.status, result.verdict, result.path], [200, 'error', undefined]);
+    assert.deepEqual((result.body as { response: unknown }).response, {
+      uid: 'req-1',
+      allowed: false,
+      status: { code: 500, message: overloaded, reason: 'InternalError' },
+    });
+    const notLoaded = await review(body(), 'p', 7, d, overloaded);
+    assert.deepEqual((notLoaded.body as { response: unknown }).response, {
+      uid: 'req-1',
+      allowed: true,
+      warnings: ['not loaded 7 (failurePolicy Ignore: allowed)'],
+    });
+  });
+
   test('a policy this server does not have is an HTTP error, so the webhook’s failurePolicy applies', async () => {
     const result = await review(body(), 'other', 1, deps());
     assert.equal(result.status, 404);

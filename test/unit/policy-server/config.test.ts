@@ -18,6 +18,10 @@ describe('policy-server configuration', () => {
       workers: 2,
       maxWorkers: 8,
       inlineMaxBytes: 32768,
+      maxReviewBytes: 8 * 1024 * 1024,
+      maxConnections: 1024,
+      maxInFlight: 256,
+      tlsHandshakeTimeoutSeconds: 10,
     });
   });
 
@@ -27,8 +31,60 @@ describe('policy-server configuration', () => {
     assert.equal(limit([], { ROLLCALL_INLINE_MAX_BYTES: '1024' }), 1024);
     assert.equal(limit(['--inline-max-bytes=0'], { ROLLCALL_INLINE_MAX_BYTES: '1024' }), 0);
     assert.throws(
-      () => limit(['--inline-max-bytes=4000000']),
-      /--inline-max-bytes \(ROLLCALL_INLINE_MAX_BYTES\) must be a whole number from 0 to 3145728/,
+      () => limit(['--inline-max-bytes=9000000']),
+      /--inline-max-bytes \(ROLLCALL_INLINE_MAX_BYTES\) must be a whole number from 0 to 8388608/,
+    );
+    assert.throws(
+      () => limit(['--inline-max-bytes=70000', '--max-review-bytes=65536']),
+      /--inline-max-bytes \(ROLLCALL_INLINE_MAX_BYTES\) must be a whole number from 0 to 65536/,
+    );
+  });
+
+  test('the limits on the way in come from flags or the environment', () => {
+    const limits = (argv: string[], extra: Record<string, string> = {}) => {
+      const c = parsePolicyServerConfig(argv, { ...env, ...extra });
+      return [c.maxReviewBytes, c.maxConnections, c.maxInFlight, c.tlsHandshakeTimeoutSeconds];
+    };
+    assert.deepEqual(
+      limits([], {
+        ROLLCALL_MAX_REVIEW_BYTES: '1048576',
+        ROLLCALL_MAX_CONNECTIONS: '100',
+        ROLLCALL_MAX_IN_FLIGHT: '10',
+        ROLLCALL_TLS_HANDSHAKE_TIMEOUT_SECONDS: '5',
+      }),
+      [1048576, 100, 10, 5],
+    );
+    assert.deepEqual(
+      limits(
+        [
+          '--max-review-bytes=16777216',
+          '--max-connections=2000',
+          '--max-in-flight=512',
+          '--tls-handshake-timeout-seconds=30',
+        ],
+        { ROLLCALL_MAX_CONNECTIONS: '100' },
+      ),
+      [16777216, 2000, 512, 30],
+    );
+  });
+
+  test('refuses limits out of range, saying the range', () => {
+    const parse = (flag: string) => () => parsePolicyServerConfig([flag], env);
+    assert.throws(
+      parse('--max-review-bytes=1000'),
+      /--max-review-bytes \(ROLLCALL_MAX_REVIEW_BYTES\) must be a whole number from 65536 to 268435456, got "1000"/,
+    );
+    assert.throws(
+      parse('--max-connections=0'),
+      /--max-connections \(ROLLCALL_MAX_CONNECTIONS\) must be a whole number from 1 to/,
+    );
+    assert.throws(
+      parse('--max-in-flight=-1'),
+      /--max-in-flight \(ROLLCALL_MAX_IN_FLIGHT\) must be a whole number from 1 to/,
+    );
+    assert.throws(
+      parse('--tls-handshake-timeout-seconds=0.5'),
+      /--tls-handshake-timeout-seconds \(ROLLCALL_TLS_HANDSHAKE_TIMEOUT_SECONDS\) must be a whole number from 1 to 120/,
     );
   });
 

@@ -1,6 +1,7 @@
-// The HTTPS listener in-process: probes, the body cap, metrics, and a certificate swapped the
-// way Kubernetes updates a Secret volume (a new `..data` symlink), picked up without a restart;
-// and in a process of its own, connections handed over on its IPC channel.
+// The HTTPS listener in-process: probes, the body cap, metrics, the limits on the way in, and
+// a certificate swapped the way Kubernetes updates a Secret volume (a new `..data` symlink),
+// picked up without a restart; and in a process of its own, connections handed over on its
+// IPC channel, under the same limits.
 import assert from 'node:assert/strict';
 import { fork, type ChildProcess } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
@@ -14,15 +15,18 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { Agent } from 'node:https';
-import { createServer as createNetServer } from 'node:net';
+import { connect as connectNet, createServer as createNetServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { connect as connectTls } from 'node:tls';
 import { pino } from 'pino';
 import { ensurePki, issueCertificate } from '../../../cluster/pki.ts';
 import {
   handover,
   startHttpsServer,
+  type HttpsServerOptions,
+  type IngressLimits,
   type PolicyHttpsServer,
 } from '../../../policy-server/https-server.ts';
 import { PolicyServerMetrics } from '../../../policy-server/metrics.ts';
@@ -41,6 +45,27 @@ function said(child: ChildProcess, message: string): Promise<void> {
     child.on('message', onMessage);
     child.once('exit', (code) => reject(new Error(`exited (${code}) before saying ${message}`)));
   });
+}
+
+const reviewOf = (uid: string, padding = 0) =>
+  JSON.stringify({
+    apiVersion: 'admission.k8s.io/v1',
+    kind: 'AdmissionReview',
+    request: { uid, object: { data: { blob: 'x'.repeat(padding) } } },
+  });
+
+/** Milliseconds until `socket` closes. */
+function closed(socket: Socket, since = performance.now()): Promise<number> {
+  socket.on('error', () => {});
+  return new Promise((resolve) => socket.once('close', () => resolve(performance.now() - since)));
+}
+
+async function until(condition: () => boolean, what: string, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
 }
 
 describe('the HTTPS server', () => {
@@ -128,15 +153,170 @@ describe('the HTTPS server', () => {
     assert.match(text, /rollcall_admission_duration_seconds_count\{policy="p",path="pool"\} 1/);
   });
 
-  test('refuses a body over 3 MiB with 413', async () => {
-    const res = await callLocal(
-      server.port,
-      ca,
-      'POST',
-      '/validate/p/1',
-      Buffer.alloc(3 * 1024 * 1024 + 1, 0x20),
+  test('accepts a 7 MiB AdmissionReview and refuses a 9 MiB one with 413, saying the limit', async () => {
+    const MiB = 1024 * 1024;
+    const validate = (review: string) =>
+      callLocal(server.port, ca, 'POST', '/validate/p/1', review);
+    const accepted = await validate(reviewOf('big', 7 * MiB));
+    assert.equal(accepted.status, 200);
+    assert.equal(JSON.parse(accepted.body).response.uid, 'big');
+    const refused = await validate(reviewOf('huge', 9 * MiB));
+    assert.deepEqual(
+      [refused.status, JSON.parse(refused.body)],
+      [413, { error: 'an AdmissionReview may be at most 8388608 bytes (--max-review-bytes)' }],
     );
-    assert.equal(res.status, 413);
+    const text = (await callLocal(server.port, ca, 'GET', '/metrics')).body;
+    assert.match(text, /rollcall_admission_refused_total\{reason="too_large"\} 1/);
+  });
+
+  /** A server of its own with `limits`, whose evaluations wait until `release()`. */
+  async function limitedServer(limits: Partial<IngressLimits>) {
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const state = { evaluating: 0 };
+    const options: HttpsServerOptions = {
+      port: 0,
+      address: '127.0.0.1',
+      logger: pino({ level: 'silent' }),
+      metrics: new PolicyServerMetrics(),
+      readiness: () => ({ ready: true, detail: '' }),
+      limits,
+      admission: {
+        // Policies named ignored-* have failurePolicy Ignore, the others Fail.
+        target: (policy) => {
+          const target = loadedTarget();
+          const failurePolicy = policy.startsWith('ignored') ? 'Ignore' : 'Fail';
+          return { ...target, spec: { ...(target.spec as object), failurePolicy } as never };
+        },
+        evaluate: async () => {
+          state.evaluating++;
+          await released;
+          return { kind: 'verdict', verdict: { allowed: true } };
+        },
+      },
+    };
+    const limited = await startHttpsServer(options);
+    limited.setCertificate({
+      cert: readFileSync(join(tlsDir, 'tls.crt')),
+      key: readFileSync(join(tlsDir, 'tls.key')),
+    });
+    const post = (policy: string, uid = policy) =>
+      callLocal(limited.port, ca, 'POST', `/validate/${policy}/1`, reviewOf(uid));
+    const metrics = async () => (await callLocal(limited.port, ca, 'GET', '/metrics')).body;
+    return { limited, state, release, post, metrics };
+  }
+
+  test('past --max-in-flight, a request is answered at once by its policy’s failurePolicy, saying the server is overloaded', async () => {
+    const { limited, state, release, post, metrics } = await limitedServer({ maxInFlight: 4 });
+    try {
+      const held = [post('p', 'p1'), post('p', 'p2'), post('q', 'q1'), post('q', 'q2')];
+      await until(() => state.evaluating === 4, 'four requests evaluating');
+      const started = performance.now();
+      const [denied, allowed] = await Promise.all([post('r'), post('ignored-s')]);
+      assert.ok(performance.now() - started < 1000, 'answered without waiting for a slot');
+      assert.equal(state.evaluating, 4, 'neither was evaluated');
+      assert.equal(denied.status, 200);
+      assert.deepEqual(JSON.parse(denied.body).response, {
+        uid: 'r',
+        allowed: false,
+        status: {
+          code: 500,
+          reason: 'InternalError',
+          message: 'policy r: policy server overloaded: 4 requests in flight (limit 4)',
+        },
+      });
+      assert.deepEqual(JSON.parse(allowed.body).response, {
+        uid: 'ignored-s',
+        allowed: true,
+        warnings: [
+          'policy ignored-s: policy server overloaded: 4 requests in flight (limit 4) (failurePolicy Ignore: allowed)',
+        ],
+      });
+      const during = await metrics();
+      assert.match(during, /rollcall_admission_requests_in_flight 4/);
+      assert.match(during, /rollcall_admission_refused_total\{reason="overloaded"\} 2/);
+      assert.match(
+        during,
+        /rollcall_admission_requests_total\{policy="r",generation="1",verdict="error"\} 1/,
+      );
+      release();
+      for (const res of await Promise.all(held))
+        assert.equal(JSON.parse(res.body).response.allowed, true);
+      assert.match(await metrics(), /rollcall_admission_requests_in_flight 0/);
+    } finally {
+      release();
+      await limited.close();
+    }
+  });
+
+  test('one policy holds at most half of --max-in-flight, so the others’ requests are still evaluated', async () => {
+    const { limited, state, release, post } = await limitedServer({ maxInFlight: 4 });
+    try {
+      const held = [post('p', 'p1'), post('p', 'p2')];
+      await until(() => state.evaluating === 2, 'two requests of p evaluating');
+      const third = await post('p', 'p3');
+      assert.equal(
+        JSON.parse(third.body).response.status.message,
+        'policy p: policy server overloaded: 2 requests of this policy in flight (limit 2, half of 4)',
+      );
+      held.push(post('q'));
+      await until(() => state.evaluating === 3, 'q evaluated beside p');
+      release();
+      assert.deepEqual(
+        (await Promise.all(held)).map((res) => JSON.parse(res.body).response.allowed),
+        [true, true, true],
+      );
+    } finally {
+      release();
+      await limited.close();
+    }
+  });
+
+  test('connections past --max-connections are closed before their TLS handshake, and counted', async () => {
+    const { limited, release, metrics } = await limitedServer({ maxConnections: 2 });
+    const open = () => {
+      const socket = connectTls({ host: '127.0.0.1', port: limited.port, ca });
+      const secure = new Promise<boolean>((resolve) => {
+        socket.once('secureConnect', () => resolve(true));
+        socket.once('close', () => resolve(false));
+      });
+      socket.on('error', () => {});
+      return { socket, secure };
+    };
+    const kept = [open(), open()];
+    try {
+      assert.deepEqual(await Promise.all(kept.map((c) => c.secure)), [true, true]);
+      const refused = open();
+      assert.equal(await refused.secure, false, 'the third connection is closed unanswered');
+      // Once one closes, a new connection gets its slot (as soon as the server saw the close).
+      kept[0]!.socket.destroy();
+      let text: string | undefined;
+      const deadline = Date.now() + 5000;
+      while (text === undefined && Date.now() < deadline)
+        text = await metrics().catch(
+          () => new Promise<undefined>((r) => setTimeout(() => r(undefined), 20)),
+        );
+      assert.ok(text, 'a connection is taken again');
+      assert.match(text, /rollcall_open_connections 2/);
+      assert.match(text, /rollcall_connections_refused_total [1-9]/);
+    } finally {
+      for (const c of kept) c.socket.destroy();
+      release();
+      await limited.close();
+    }
+  });
+
+  test('a client that connects and never finishes its TLS handshake is dropped after --tls-handshake-timeout-seconds', async () => {
+    const { limited, release, metrics } = await limitedServer({ tlsHandshakeTimeoutMs: 1000 });
+    try {
+      const silent = connectNet({ host: '127.0.0.1', port: limited.port });
+      const ms = await closed(silent);
+      assert.ok(ms >= 900 && ms < 3000, `dropped after ${Math.round(ms)} ms`);
+      assert.match(await metrics(), /rollcall_tls_handshake_failures_total\{reason="timeout"\} 1/);
+    } finally {
+      release();
+      await limited.close();
+    }
   });
 
   test('a wrong path or method says what it expects', async () => {
@@ -219,6 +399,39 @@ describe('the HTTPS server', () => {
       const [res] = await Promise.all([answer, closed]);
       assert.equal(res.status, 200);
       assert.deepEqual(order, ['answered', 'closed']);
+    } finally {
+      parent.close();
+      child.kill();
+    }
+  });
+
+  test('connections handed over are under the same limits: the handshake timeout and the connection cap', async () => {
+    const limits = { maxConnections: 1, tlsHandshakeTimeoutMs: 1000 };
+    const child = fork(
+      join(import.meta.dirname, 'fixtures', 'handover-server.ts'),
+      [join(tlsDir, 'tls.crt'), join(tlsDir, 'tls.key'), JSON.stringify(limits)],
+      { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+    );
+    const socketPath = join(dir, 'handover-limits.sock');
+    let handed = 0;
+    const parent = createNetServer({ pauseOnConnect: true }, (socket) =>
+      child.send(handover.connection, socket, () => handed++),
+    );
+    try {
+      const announced = said(child, handover.ready);
+      await said(child, 'certificate set');
+      await announced;
+      await new Promise<void>((resolve) => parent.listen(socketPath, resolve));
+      const start = performance.now();
+      const silent = connectNet(socketPath);
+      const silentClosed = closed(silent, start);
+      await until(() => handed === 1, 'the first connection handed over');
+      const second = connectNet(socketPath);
+      const secondClosed = closed(second);
+      await until(() => handed === 2, 'the second connection handed over');
+      assert.ok((await secondClosed) < 500, 'past the cap: closed at once');
+      const ms = await silentClosed;
+      assert.ok(ms >= 900 && ms < 3000, `no handshake: dropped after ${Math.round(ms)} ms`);
     } finally {
       parent.close();
       child.kill();

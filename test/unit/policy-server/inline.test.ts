@@ -2,8 +2,9 @@
 // the same outcomes; and what goes to the pool instead.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
+import { review as answerAdmission } from '../../../policy-server/admission.ts';
 import type { EvalPolicy } from '../../../policy-server/evaluation.ts';
-import { InlineEvaluator } from '../../../policy-server/inline.ts';
+import { INLINE_COST_BUDGET, InlineEvaluator } from '../../../policy-server/inline.ts';
 import { EvaluationPool, type PoolJob } from '../../../policy-server/pool.ts';
 
 const reviewOf = (request: Record<string, unknown>) =>
@@ -198,6 +199,108 @@ describe('the inline path', () => {
       ['nested/1', false],
       ['flat/1', true],
     ]);
+  });
+
+  test('a request past the inline cost budget goes to the pool, and so does its generation from then on, told once', async () => {
+    const told: [string, string][] = [];
+    const inline = new InlineEvaluator({
+      costBudget: 1000,
+      onClassified: (key, bound) => told.push([key, bound.bounded ? 'bounded' : bound.reason]),
+    });
+    const p = policy(one('object.spec.items.all(i, i >= 0)'));
+    const items = (n: number) =>
+      pod({ name: 'a' }, { items: Array.from({ length: n }, (_, i) => i) });
+    const cheap = inline.evaluate(job('loop/1', p, items(3)));
+    assert.equal(cheap?.kind === 'verdict' && cheap.verdict.allowed, true);
+    assert.equal(inline.evaluate(job('loop/1', p, items(500))), undefined);
+    assert.equal(inline.evaluate(job('loop/1', p, items(3))), undefined, 'pool-only now');
+    assert.deepEqual(told, [
+      ['loop/1', 'bounded'],
+      ['loop/1', 'a request ran past the inline cost budget 1000'],
+    ]);
+    // The pool evaluates it under the full budget.
+    const pooled = await pool.evaluate(job('loop/1', p, items(500)), 5000);
+    assert.equal(pooled.kind === 'verdict' && pooled.verdict.allowed, true);
+  });
+
+  test('the inline cost budget is 10^5 units by default', () => {
+    assert.equal(INLINE_COST_BUDGET, 100_000);
+  });
+
+  describe('a doubling chain the cost analysis calls bounded', () => {
+    const doubling = {
+      variables: [
+        { name: 'v0', expression: '[object.metadata.name]' },
+        ...Array.from({ length: 30 }, (_, i) => ({
+          name: `v${i + 1}`,
+          expression: `variables.v${i} + variables.v${i}`,
+        })),
+      ],
+      validations: [{ expression: 'size(variables.v30) > 0' }],
+    };
+    let keys = 0;
+    const served = (failurePolicy: 'Fail' | 'Ignore') => {
+      const inline = new InlineEvaluator();
+      const key = `doubling-${++keys}/1`;
+      const spec = { failurePolicy, mode: 'protect', timeoutSeconds: 10, settings: null };
+      let pooled = 0;
+      return {
+        pooled: () => pooled,
+        deps: {
+          target: () => ({ kind: 'loaded' as const, key, spec: spec as never, code: doubling }),
+          evaluate: (j: PoolJob, ms: number) => {
+            pooled++;
+            return pool.evaluate(j, ms);
+          },
+          inline: (j: PoolJob) => inline.evaluate(j),
+        },
+      };
+    };
+
+    test('is stopped inline within a few milliseconds and answered by the pool, by failurePolicy Fail, saying why', async () => {
+      const { deps, pooled } = served('Fail');
+      const started = performance.now();
+      const result = await answerAdmission(pod({ name: 'a' }), 'chain', 1, deps);
+      assert.ok(performance.now() - started < 2000);
+      assert.equal(pooled(), 1);
+      assert.equal(result.path, 'pool');
+      assert.equal(result.verdict, 'cost');
+      assert.deepEqual((result.body as { response: unknown }).response, {
+        uid: 'r1',
+        allowed: false,
+        status: {
+          code: 500,
+          message: 'policy chain generation 1 exceeded its runtime cost budget 10^7',
+          reason: 'InternalError',
+        },
+      });
+      // Later requests of the generation go to the pool at once.
+      await answerAdmission(pod({ name: 'b' }), 'chain', 1, deps);
+      assert.equal(pooled(), 2);
+    });
+
+    test('with failurePolicy Ignore, is allowed with a warning that says so', async () => {
+      const { deps } = served('Ignore');
+      const result = await answerAdmission(pod({ name: 'a' }), 'chain', 1, deps);
+      assert.equal(result.verdict, 'cost');
+      assert.deepEqual((result.body as { response: unknown }).response, {
+        uid: 'r1',
+        allowed: true,
+        warnings: [
+          'policy chain generation 1 exceeded its runtime cost budget 10^7 (failurePolicy Ignore: allowed)',
+        ],
+      });
+    });
+
+    test('blocks the main thread briefly, compiling included', () => {
+      const inline = new InlineEvaluator();
+      const j = job('blocking/1', policy(doubling), pod({ name: 'a' }));
+      const started = performance.now();
+      assert.equal(inline.evaluate(j), undefined);
+      const took = performance.now() - started;
+      // ~5-10 ms here (the evaluation stopped at 10^5 units: 1-2 ms); generous for CI.
+      assert.ok(took < 200, `blocked ${took.toFixed(1)} ms`);
+    });
   });
 
   test('a policy that does not compile goes to the pool, which says so', async () => {

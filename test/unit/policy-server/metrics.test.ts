@@ -32,6 +32,46 @@ describe('policy-server metrics', () => {
       );
   });
 
+  test('export the event loop’s delay p99 since the previous scrape, which rises while the loop is blocked', async () => {
+    const m = new PolicyServerMetrics();
+    const read = async (name: string) => {
+      const line = (await m.registry.metrics()).split('\n').find((l) => l.startsWith(`${name} `));
+      assert.ok(line, `${name} is exported`);
+      return Number(line.split(' ')[1]);
+    };
+    await new Promise((r) => setTimeout(r, 100));
+    await read('nodejs_eventloop_lag_p99_seconds'); // the window starts again at each scrape
+    // monitorEventLoopDelay records the time between two of its 10 ms ticks; the first
+    // interval after a reset is not recorded, so the block starts a few ticks later.
+    await new Promise((r) => setTimeout(r, 50));
+    const blockedUntil = performance.now() + 300;
+    while (performance.now() < blockedUntil); // a policy evaluated on the main thread, say
+    await new Promise((r) => setTimeout(r, 30));
+    assert.ok((await read('nodejs_eventloop_lag_p99_seconds')) >= 0.29);
+    await new Promise((r) => setTimeout(r, 300));
+    const max = await read('nodejs_eventloop_lag_max_seconds');
+    assert.ok(max < 0.29, `the block is out of the next window (max ${max} s)`);
+  });
+
+  test('read the HTTPS server’s connections and requests in flight at scrape time, and count refusals', async () => {
+    const m = new PolicyServerMetrics();
+    m.watchIngress(() => ({ connections: 7, inFlight: 3 }));
+    m.connectionRefused();
+    m.handshakeFailed('timeout');
+    m.admissionRefused('overloaded');
+    m.admissionRefused('too_large');
+    const text = await m.registry.metrics();
+    for (const line of [
+      'rollcall_open_connections 7',
+      'rollcall_admission_requests_in_flight 3',
+      'rollcall_connections_refused_total 1',
+      'rollcall_tls_handshake_failures_total{reason="timeout"} 1',
+      'rollcall_admission_refused_total{reason="overloaded"} 1',
+      'rollcall_admission_refused_total{reason="too_large"} 1',
+    ])
+      assert.ok(text.includes(`\n${line}\n`), line);
+  });
+
   test('read the pool’s threads at scrape time', async () => {
     const m = new PolicyServerMetrics();
     let stats = { threads: 3, busy: 1, queued: 0 };

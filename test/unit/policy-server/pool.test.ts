@@ -95,9 +95,62 @@ describe('the evaluation pool', () => {
       assert.equal(fast.kind, 'verdict');
       assert.ok(took < 1500, `the other policy waited ${took} ms`);
       assert.ok(flooded.stats().threads <= 4);
-      for (const outcome of await Promise.all(stuck)) assert.equal(outcome.kind, 'timeout');
+      // Cut off at their deadline, or (those still queued when the first were cut off) not
+      // started at all: by then the pool knew the policy's evaluations outlast its deadline.
+      for (const outcome of await Promise.all(stuck)) {
+        if (outcome.kind === 'error') assert.match(outcome.message, /so it was not started/);
+        else assert.equal(outcome.kind, 'timeout');
+      }
     } finally {
       await flooded.close();
+    }
+  });
+
+  test('a request its policy’s queue would keep past its deadline is answered at once', async () => {
+    const lost: string[] = [];
+    const one = new EvaluationPool({
+      size: 2,
+      max: 2,
+      perKeyMax: 1,
+      engine,
+      onWorkerLost: (reason) => lost.push(reason),
+    });
+    try {
+      while (!one.warm()) await new Promise((r) => setTimeout(r, 10));
+      // The pool learns that this policy's evaluations take its whole deadline.
+      assert.equal((await one.evaluate(job('slow/1', 'spin'), 600)).kind, 'timeout');
+      assert.deepEqual(lost, ['timeout']);
+      const running = one.evaluate(job('slow/1', 'spin'), 600);
+      const t = Date.now();
+      const behind = await one.evaluate(job('slow/1', 'spin'), 600);
+      assert.ok(Date.now() - t < 100, `answered after ${Date.now() - t} ms`);
+      assert.equal(behind.kind, 'error');
+      assert.match(
+        behind.kind === 'error' ? behind.message : '',
+        /evaluations take ~\d+ ms and 1 of its requests are ahead of this one on 1 thread\(s\): it could not finish within its deadline/,
+      );
+      assert.equal((await running).kind, 'timeout');
+      // Other policies are not judged by that one's times.
+      assert.equal((await one.evaluate(job('fast/2', 'true'), 600)).kind, 'verdict');
+    } finally {
+      await one.close();
+    }
+  });
+
+  test('stays warm while a thread cut off at a deadline is replaced', async () => {
+    const small = new EvaluationPool({ size: 1, max: 1, engine });
+    try {
+      while (!small.warm()) await new Promise((r) => setTimeout(r, 10));
+      const stuck = small.evaluate(job('w/1', 'spin'), 300);
+      const seen: boolean[] = [];
+      const sampler = setInterval(() => seen.push(small.warm()), 5);
+      assert.equal((await stuck).kind, 'timeout');
+      // The replacement thread loads its engine meanwhile.
+      await new Promise((r) => setTimeout(r, 300));
+      clearInterval(sampler);
+      assert.ok(!seen.includes(false), 'readiness followed a thread replaced at a deadline');
+    } finally {
+      await small.close();
     }
   });
 

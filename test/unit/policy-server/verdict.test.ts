@@ -75,6 +75,42 @@ describe('verdict mapping', () => {
     ]);
   });
 
+  test('a run past the cost budget with failurePolicy Fail is denied (500 InternalError), saying so, and counted apart', () => {
+    const r = admissionResponse('u1', protect, {
+      kind: 'cost',
+      budget: 10_000_000,
+      used: 10_000_007,
+    });
+    assert.deepEqual(r, {
+      response: {
+        uid: 'u1',
+        allowed: false,
+        status: {
+          code: 500,
+          message: 'policy p generation 2 exceeded its runtime cost budget 10^7',
+          reason: 'InternalError',
+        },
+      },
+      verdict: 'cost',
+    });
+  });
+
+  test('a run past the cost budget with failurePolicy Ignore, or in monitor mode, is allowed with a warning', () => {
+    const ignored = admissionResponse('u1', ignore, { kind: 'cost', budget: 10_000_000 });
+    assert.equal(ignored.verdict, 'cost');
+    assert.deepEqual(ignored.response, {
+      uid: 'u1',
+      allowed: true,
+      warnings: [
+        'policy p generation 2 exceeded its runtime cost budget 10^7 (failurePolicy Ignore: allowed)',
+      ],
+    });
+    const monitored = admissionResponse('u1', monitor, { kind: 'cost', budget: 2 ** 20 });
+    assert.deepEqual(monitored.response.warnings, [
+      'policy p generation 2 exceeded its runtime cost budget 2^20 (failurePolicy Fail, monitor mode: allowed)',
+    ]);
+  });
+
   test('a runtime error follows the failurePolicy', () => {
     const fail = admissionResponse('u1', protect, { kind: 'error', message: 'no such key: spec' });
     assert.equal(fail.verdict, 'error');
