@@ -21,10 +21,47 @@ const roles =
   async (argv, io) =>
     (await serve()).serveRoles(names)(argv, io);
 
+/**
+ * An authoring command (eval, test, lint, convert): exit 1 means denied or differs, so a bug
+ * that throws must not exit 1 as Node does; it exits 2, saying it is a bug.
+ */
+const authoring =
+  (name: string, load: () => Promise<Command['run']>): Command['run'] =>
+  async (argv, io) => {
+    try {
+      const run = await load();
+      return await run(argv, io);
+    } catch (err) {
+      io.stderr(
+        `rollcall ${name}: unexpected error (a bug in rollcall): ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+      );
+      return 2;
+    }
+  };
+
 const COMMANDS: Record<string, Command> = {
   status: {
     summary: 'print the kstatus of objects in YAML/JSON files',
     run: async (argv, io) => (await import('./status.ts')).runStatus(argv, io),
+  },
+  eval: {
+    summary: 'evaluate one Policy on one object or AdmissionReview, offline (as the server would)',
+    run: authoring('eval', async () => (await import('./authoring/eval-command.ts')).runEval),
+  },
+  test: {
+    summary: 'run the policy test suites (rollcall-test.yaml) under the given paths, offline',
+    run: authoring('test', async () => (await import('./authoring/test-command.ts')).runTest),
+  },
+  lint: {
+    summary: 'load Policies as a replica would and report every problem and warning',
+    run: authoring('lint', async () => (await import('./authoring/lint-command.ts')).runLint),
+  },
+  convert: {
+    summary: 'convert a Policy to a ValidatingAdmissionPolicy and its binding, or back',
+    run: authoring(
+      'convert',
+      async () => (await import('./authoring/convert-command.ts')).runConvert,
+    ),
   },
   run: {
     summary: 'run watcher, workers and the HTTP server in one process',

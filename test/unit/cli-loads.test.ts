@@ -1,3 +1,4 @@
+// What importing a command's module loads from node_modules: what each command costs at start.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
@@ -10,7 +11,7 @@ const urls = new Set();
 registerHooks({ resolve: (specifier, context, next) => { const r = next(specifier, context); urls.add(r.url); return r; } });
 await import(process.argv[1]);
 const names = [...urls].map((u) => /node_modules\\/((?:@[^/]+\\/)?[^/]+)/.exec(u)?.[1]).filter(Boolean);
-console.log(JSON.stringify([...new Set(names)]));
+console.log(JSON.stringify([...new Set(names)].sort()));
 `;
 
 function packagesLoadedBy(module: string): string[] {
@@ -28,3 +29,12 @@ test('the roles commands do not load client-node: a watcher never needs it (~35 
   assert.ok(!loaded.includes('@kubernetes/client-node'), loaded.join(' '));
   assert.ok(!loaded.includes('undici'), loaded.join(' '));
 });
+
+for (const command of ['eval', 'test', 'lint', 'convert'])
+  test(`rollcall ${command} loads only YAML, zod and the CEL library: no cluster client, so it starts fast and offline`, () => {
+    assert.deepEqual(packagesLoadedBy(`../../cli/authoring/${command}-command.ts`), [
+      '@marcbachmann/cel-js',
+      'yaml',
+      'zod',
+    ]);
+  });
