@@ -32,6 +32,11 @@ export interface LoadOptions {
    * its request in pieces does; by default a request is one write.
    */
   splitWrites?: boolean;
+  /**
+   * Told of every HTTP answer (any status) with its body and its milliseconds from the
+   * scheduled send, for a caller that sorts answers by what they say (bench/attack.ts).
+   */
+  onAnswer?(status: number, body: string, ms: number): void;
 }
 
 /** One open-loop run, unsummarized, so that runs of one subject in several rounds merge. */
@@ -158,7 +163,10 @@ export async function openLoop(target: Target, agent: Agent, opts: LoadOptions):
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () =>
           settle(() => {
-            if (res.statusCode === opts.okStatus) latencies.push(performance.now() - scheduled);
+            const ms = performance.now() - scheduled;
+            if (opts.onAnswer)
+              opts.onAnswer(res.statusCode ?? 0, Buffer.concat(chunks).toString(), ms);
+            if (res.statusCode === opts.okStatus) latencies.push(ms);
             else fail(`status ${res.statusCode}`, Buffer.concat(chunks).toString());
           }),
         );

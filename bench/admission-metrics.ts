@@ -49,6 +49,25 @@ export function sum(text: Scrape, name: string, match: Record<string, string> = 
   return total;
 }
 
+/**
+ * Samples of `name` summed by the values of the labels `keys` (joined by `/`, a missing
+ * label as ''): e.g. the apiserver's webhook calls by webhook and HTTP code.
+ */
+export function sumBy(text: Scrape, name: string, keys: readonly string[]): Map<string, number> {
+  const totals = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name)) continue;
+    const m = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const labels = new Map(
+      [...(m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((l) => [l[1]!, l[2]!]),
+    );
+    const key = keys.map((k) => labels.get(k) ?? '').join('/');
+    totals.set(key, (totals.get(key) ?? 0) + Number(m[3]));
+  }
+  return totals;
+}
+
 /** Names of the histograms in a scrape (their `_count` series), to find an unknown one. */
 export function histograms(text: Scrape): string[] {
   const names = new Set<string>();

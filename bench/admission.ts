@@ -7,23 +7,19 @@
 // generator against an echo server (the generator's own floor). Requests are server-side
 // dry-run Pod creates: nothing is stored. The subjects take turns in short rounds, so a load
 // change on the machine hits them alike. Prints a table and the goal line; JSON in bench/out/.
-import { mkdirSync, writeFileSync } from 'node:fs';
 import type { Agent } from 'node:https';
-import { cpus, loadavg, totalmem } from 'node:os';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
-import {
-  AdmissionregistrationV1Api,
-  CoreV1Api,
-  CustomObjectsApi,
-  PatchStrategy,
-  setHeaderOptions,
-} from '@kubernetes/client-node';
-import { down, up } from '../cluster/cluster.ts';
-import { repoRoot } from '../cluster/paths.ts';
 import { readNodeAgentState } from '../cluster/node-agent-state.ts';
 import { ensurePki } from '../cluster/pki.ts';
-import { startRedis, type RunningRedis } from '../cluster/redis.ts';
-import { PooledKubeConfig } from '../roles/kube-config.ts';
+import {
+  BenchCluster,
+  benchArgs,
+  machineInfo,
+  printColumns,
+  rollcallNamespace,
+  writeResults,
+} from './admission-cluster.ts';
 import {
   openLoop,
   pooledAgent,
@@ -32,15 +28,23 @@ import {
   type RawRun,
   type Target,
 } from './admission-load.ts';
-import { Breakdown, cpuSnapshot, scrape, type Scrape } from './admission-metrics.ts';
+import { Breakdown, cpuSnapshot } from './admission-metrics.ts';
 import { admissionReview, benchPod, nativePolicy, rollcallPolicy } from './admission-policies.ts';
 import { TunnelAgent } from './admission-tunnel.ts';
-import { sleep, startProcess, startRollcall, waitHttpOk, type Proc } from './support.ts';
+import { sleep, startProcess } from './support.ts';
 
-const args = process.argv.slice(2);
-const flag = (name: string) => args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1];
-const quick = args.includes('--quick');
-const keepCluster = args.includes('--keep-cluster');
+const allSubjects = ['echo', 'none', 'native', 'rollcall', 'direct', 'rollcall-3'];
+const usage = `usage: npm run bench:admission [-- --quick] [-- --keep-cluster] [-- --rate=N]
+    [-- --seconds=N] [-- --subjects=LIST]
+  --quick         shorter rounds, warm-ups and runs
+  --keep-cluster  leave the bench's cluster (.rollcall/bench-admission) running afterwards
+  --rate=N        requests per second of every subject (200)
+  --seconds=N     measured seconds per subject (quick: 15, full: 60)
+  --subjects=LIST of ${allSubjects.join(',')} (all)
+What a validating policy adds to a request at a fixed rate, open loop, on a local cluster of its
+own: rollcall's webhook (real policy-server processes) beside the same policy as a native
+ValidatingAdmissionPolicy. Prints a table; JSON in bench/out/.`;
+const { flag, quick, keepCluster } = benchArgs(usage);
 const rate = Number(flag('rate') ?? 200);
 /** Measured seconds per subject, in rounds of `roundSeconds`. */
 const seconds = Number(flag('seconds') ?? (quick ? 15 : 60));
@@ -49,13 +53,10 @@ const roundSeconds = quick ? 5 : 10;
 const warmupSeconds = quick ? 3 : 10;
 /** Before each round, not measured: the subject's connections are warm again after its pause. */
 const leadInSeconds = 1;
-const allSubjects = ['echo', 'none', 'native', 'rollcall', 'direct', 'rollcall-3'];
 const wanted = new Set((flag('subjects') ?? allSubjects.join(',')).split(','));
 const goalMarginMs = 5;
 const requestTimeoutMs = 10_000;
 
-const dir = join(repoRoot, '.rollcall', 'bench-admission');
-const rollcallNamespace = 'rollcall-system';
 const ns = { none: 'adm-none', native: 'adm-native', rollcall: 'adm-rollcall' } as const;
 const serverName = 'adm';
 const policyName = 'adm-six';
@@ -63,33 +64,9 @@ const log = (line: string) =>
   console.error(`[admission ${new Date().toISOString().slice(11, 19)}] ${line}`);
 
 const load0 = loadavg();
-const cluster = await up(dir, log);
-const kc = new PooledKubeConfig();
-kc.loadFromFile(cluster.kubeconfig);
-const core = kc.makeApiClient(CoreV1Api);
-const admission = kc.makeApiClient(AdmissionregistrationV1Api);
-const custom = kc.makeApiClient(CustomObjectsApi);
-const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
-
-const apiserverUrl = new URL(cluster.server);
-const tls: Target['tls'] = {};
-await kc.applyToHTTPSOptions(tls);
-const apiserver: Target = { host: apiserverUrl.hostname, port: Number(apiserverUrl.port), tls };
-const apiAgent = pooledAgent(apiserver);
-
-const running: Proc[] = [];
-let redis: RunningRedis | undefined;
-let stopping: Promise<void> | undefined;
-function teardown(): Promise<void> {
-  stopping ??= (async () => {
-    await Promise.all(running.map((p) => p.stop()));
-    await redis?.stop();
-    apiAgent.destroy();
-    if (!keepCluster) await down(dir, () => {});
-  })();
-  return stopping;
-}
-process.once('SIGINT', () => void teardown().then(() => process.exit(130)));
+const bench = await BenchCluster.up('admission', log, keepCluster);
+const { dir, apiserver } = bench;
+const apiAgent = bench.agent();
 
 // ---------------------------------------------------------------- requests
 
@@ -102,28 +79,13 @@ const podCreate = (namespace: string) => () => ({
 });
 
 /** Probes until a Pod that breaks the :latest rule is denied with that rule's message. */
-async function untilDenies(namespace: string, what: string, timeoutMs = 120_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  let last = '';
-  while (Date.now() < end) {
-    const r = await openLoop(apiserver, apiAgent, {
-      rate: 1,
-      count: 1,
-      timeoutMs: 15_000,
-      okStatus: 201,
-      request: () => ({
-        path: podPath(namespace),
-        body: JSON.stringify(benchPod(`probe-${++seq}`, true)),
-      }),
-    });
-    last = r.latencies.length ? 'admitted' : (r.samples[0] ?? JSON.stringify(r.errors));
-    if (!r.latencies.length && last.includes(':latest tag')) return;
-    await sleep(500);
-  }
-  throw new Error(
-    `${what} does not deny a :latest Pod in ${namespace} after ${timeoutMs} ms (last answer: ${last})`,
+const untilDenies = (namespace: string, what: string) =>
+  bench.untilDenied(
+    apiAgent,
+    () => ({ path: podPath(namespace), body: JSON.stringify(benchPod(`probe-${++seq}`, true)) }),
+    ':latest tag',
+    `${what} (a :latest Pod in ${namespace})`,
   );
-}
 
 // ---------------------------------------------------------------- subjects and rounds
 
@@ -159,35 +121,17 @@ const subject = (
   breakdown: new Breakdown(),
 });
 
-const apiserverMetrics = () => scrape(`${cluster.server}/metrics`, tls);
-
-/** The live policy-server processes, from the node agent's file. */
-function policyServerPorts(): { pod: string; port: number; pid: number }[] {
-  const pods = readNodeAgentState(dir)?.pods ?? {};
-  return Object.entries(pods)
-    .filter(([, p]) => p.namespace === rollcallNamespace)
-    .map(([pod, { port, pid }]) => ({ pod, port, pid }));
-}
 let echoPid: number | undefined;
 /** The processes whose CPU time a round charges to its requests. */
 const cpuNow = () =>
   cpuSnapshot({
     generator: [process.pid],
     echo: [echoPid],
-    apiserver: [cluster.pids['kube-apiserver']],
-    etcd: [cluster.pids.etcd],
+    apiserver: [bench.state.pids['kube-apiserver']],
+    etcd: [bench.state.pids.etcd],
     'node agent': [readNodeAgentState(dir)?.pid],
-    'policy servers': policyServerPorts().map((p) => p.pid),
+    'policy servers': bench.policyServers().map((p) => p.pid),
   });
-
-/** Each policy server's /metrics by pod ('' when it does not answer). */
-async function serverScrapes(): Promise<Map<string, Scrape>> {
-  const list = policyServerPorts();
-  const texts = await Promise.all(
-    list.map(({ port }) => scrape(`https://127.0.0.1:${port}/metrics`).catch(() => '')),
-  );
-  return new Map(list.map(({ pod }, i) => [pod, texts[i]!]));
-}
 
 const loadOpts = (s: Subject, secs: number) => ({
   rate,
@@ -201,13 +145,13 @@ const loadOpts = (s: Subject, secs: number) => ({
 /** One measured round of a subject: a lead-in, then the round, with /metrics around it. */
 async function round(s: Subject): Promise<void> {
   await openLoop(s.target, s.agent, loadOpts(s, leadInSeconds));
-  const apiBefore = await apiserverMetrics();
-  const serversBefore = s.policyServers ? await serverScrapes() : undefined;
+  const apiBefore = await bench.apiserverMetrics();
+  const serversBefore = s.policyServers ? await bench.serverScrapes() : undefined;
   const cpuBefore = cpuNow();
   const run = await openLoop(s.target, s.agent, loadOpts(s, roundSeconds));
   const cpuAfter = cpuNow();
-  const apiAfter = await apiserverMetrics();
-  const serversAfter = s.policyServers ? await serverScrapes() : undefined;
+  const apiAfter = await bench.apiserverMetrics();
+  const serversAfter = s.policyServers ? await bench.serverScrapes() : undefined;
   s.runs.push(run);
   s.breakdown.add(run.sent, cpuBefore, cpuAfter, apiBefore, apiAfter, serversBefore, serversAfter);
 }
@@ -228,15 +172,6 @@ async function block(subjects: Subject[]): Promise<void> {
 
 // ---------------------------------------------------------------- set-up of each side
 
-/** A create that finds the object already there (a cluster kept from an earlier run) is fine. */
-async function created(create: Promise<unknown>): Promise<void> {
-  await create.catch((err: { code?: number }) => {
-    if (err.code !== 409) throw err;
-  });
-}
-const ensureNamespace = (name: string) =>
-  created(core.createNamespace({ body: { metadata: { name } } }));
-
 async function startEcho(): Promise<Subject> {
   const pki = ensurePki(join(dir, 'pki'));
   const echo = await startProcess(
@@ -245,9 +180,9 @@ async function startEcho(): Promise<Subject> {
     ['$PORT', pki.servingCert, pki.servingKey],
     {},
   );
-  running.push(echo);
+  bench.running.push(echo);
   echoPid = echo.child.pid;
-  const target: Target = { host: '127.0.0.1', port: echo.port, tls: { ca: tls.ca } };
+  const target: Target = { host: '127.0.0.1', port: echo.port, tls: { ca: apiserver.tls.ca } };
   const s = subject('echo', 'echo', target, pooledAgent(target));
   for (let i = 0; ; i++) {
     const r = await openLoop(target, s.agent, { ...loadOpts(s, 0), count: 1, timeoutMs: 2000 });
@@ -259,86 +194,24 @@ async function startEcho(): Promise<Subject> {
 
 async function startNative(): Promise<Subject> {
   const { policy, binding } = nativePolicy(policyName, ns.native);
-  await created(admission.createValidatingAdmissionPolicy({ body: policy }));
-  await created(admission.createValidatingAdmissionPolicyBinding({ body: binding }));
+  await bench.created(bench.admission.createValidatingAdmissionPolicy({ body: policy }));
+  await bench.created(bench.admission.createValidatingAdmissionPolicyBinding({ body: binding }));
   // The apiserver compiles and activates a new policy a little later.
   await untilDenies(ns.native, 'the ValidatingAdmissionPolicy');
   return subject('native', ns.native);
 }
 
 async function startRollcallSide(): Promise<void> {
-  await ensureNamespace(rollcallNamespace);
-  redis = await startRedis({ dir: join(dir, 'redis'), log });
-  // No --webhook-url: webhooks name the policy server's Service, as in a real cluster.
-  const p = await startRollcall('admission-rollcall', 'run', {
-    namespace: rollcallNamespace,
-    redisUrl: `${redis.url}/0`,
-    kubeconfig: cluster.kubeconfig,
-    extra: ['--install-crds'],
-  });
-  running.push(p);
-  await waitHttpOk(p.port, '/readyz', 120_000);
-  await created(
-    custom.createClusterCustomObject({
-      group: 'rollcall.dev',
-      version: 'v1alpha1',
-      plural: 'policyservers',
-      body: {
-        apiVersion: 'rollcall.dev/v1alpha1',
-        kind: 'PolicyServer',
-        metadata: { name: serverName },
-        spec: { replicas: 1 },
-      },
-    }),
-  );
-  await created(
-    custom.createClusterCustomObject({
-      group: 'rollcall.dev',
-      version: 'v1alpha1',
-      plural: 'policies',
-      body: rollcallPolicy(policyName, serverName, ns.rollcall),
-    }),
-  );
-}
-
-async function untilPolicyReady(replicas: number, timeoutMs = 180_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  let last: unknown;
-  while (Date.now() < end) {
-    const p = (await custom.getClusterCustomObject({
-      group: 'rollcall.dev',
-      version: 'v1alpha1',
-      plural: 'policies',
-      name: policyName,
-    })) as { status?: { summary?: string; readyReplicas?: number; replicas?: number } };
-    last = p.status;
-    if (
-      p.status?.summary === 'Ready' &&
-      p.status.readyReplicas === replicas &&
-      p.status.replicas === replicas
-    )
-      return;
-    await sleep(500);
-  }
-  throw new Error(
-    `Policy ${policyName} not Ready with ${replicas} replicas after ${timeoutMs} ms: ${JSON.stringify(last)}`,
-  );
+  await bench.startRollcall('admission-rollcall');
+  await bench.createPolicyServer(serverName, { replicas: 1 });
+  await bench.createPolicy(rollcallPolicy(policyName, serverName, ns.rollcall));
 }
 
 /** The PolicyServer at `replicas`, the Policy Ready on all of them and denying through the webhook. */
 async function rollcallAt(replicas: number): Promise<Subject> {
-  await custom.patchClusterCustomObject(
-    {
-      group: 'rollcall.dev',
-      version: 'v1alpha1',
-      plural: 'policyservers',
-      name: serverName,
-      body: { spec: { replicas } },
-    },
-    mergePatch,
-  );
-  await untilPolicyReady(replicas);
-  for (let i = 0; i < 60 && policyServerPorts().length !== replicas; i++) await sleep(500);
+  await bench.patchPolicyServer(serverName, { replicas });
+  await bench.untilPolicyReady(policyName, replicas);
+  await bench.untilPolicyServers(replicas);
   await untilDenies(ns.rollcall, "rollcall's webhook");
   return subject(
     replicas === 1 ? 'rollcall' : `rollcall-${replicas}`,
@@ -355,16 +228,16 @@ async function rollcallAt(replicas: number): Promise<Subject> {
  * go (both keep-alive), to tell the server's time from the hops before it.
  */
 async function directToServer(): Promise<Subject[]> {
-  const [server] = policyServerPorts();
+  const [server] = bench.policyServers();
   if (!server) throw new Error('no policy-server process in the node agent state');
-  const webhook = await admission.readValidatingWebhookConfiguration({
+  const webhook = await bench.admission.readValidatingWebhookConfiguration({
     name: `rollcall-${policyName}`,
   });
   const path = webhook.webhooks?.[0]?.clientConfig.service?.path;
   if (!path) throw new Error(`webhook rollcall-${policyName} has no service path`);
   const target: Target = { host: '127.0.0.1', port: server.port, tls: {}, insecure: true };
   const s = subject('policy server direct', ns.rollcall, target, pooledAgent(target), true);
-  const service = await core.readNamespacedService({
+  const service = await bench.core.readNamespacedService({
     name: `policy-server-${serverName}`,
     namespace: rollcallNamespace,
   });
@@ -428,7 +301,7 @@ async function attempt<T>(name: string, fn: () => Promise<T>): Promise<T | undef
 }
 
 try {
-  for (const name of Object.values(ns)) await ensureNamespace(name);
+  for (const name of Object.values(ns)) await bench.ensureNamespace(name);
   log(`machine load average ${load0.map((l) => l.toFixed(2)).join(' ')}`);
   const first: Subject[] = [];
   if (wanted.has('echo'))
@@ -459,11 +332,11 @@ try {
   }
   report();
 } finally {
-  await teardown();
+  await bench.teardown();
 }
 
 function report(): void {
-  const load1 = loadavg();
+  const machine = machineInfo(load0);
   const figures = Object.fromEntries(measured.map((s) => [s.name, summarize(rate, s.runs)]));
   const fmt = (n: number) => (Number.isFinite(n) ? n.toFixed(1) : '-');
   const rows = [
@@ -482,14 +355,6 @@ function report(): void {
       String(r.connections),
     ]),
   ];
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((row) => row[i]!.length)));
-  const machine = {
-    cores: cpus().length,
-    cpu: cpus()[0]?.model,
-    memoryGiB: Math.round(totalmem() / 2 ** 30),
-    node: process.version,
-    loadavg: { start: load0.map((l) => +l.toFixed(2)), end: load1.map((l) => +l.toFixed(2)) },
-  };
   console.log(
     `\nrollcall admission bench (${quick ? 'quick' : 'full'}), ${new Date().toISOString()}: ${seconds} s per subject in ${roundSeconds} s rounds (each after ${leadInSeconds} s lead-in; ${warmupSeconds} s warm-up per subject), open loop, dry-run Pod creates; ms from the scheduled send`,
   );
@@ -497,10 +362,7 @@ function report(): void {
   console.log(
     'echo: the generator against an HTTPS echo server (its own floor); none: the apiserver, no policy matches (its floor); native: the ValidatingAdmissionPolicy; rollcall: the webhook, 1 policy-server replica; policy server direct / via proxy: AdmissionReviews from the generator to the replica, without the apiserver (2 writes: headers and body in separate TLS records); rollcall-3: 3 replicas, beside native-again',
   );
-  for (const row of rows)
-    console.log(
-      row.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  '),
-    );
+  printColumns(rows);
   for (const [name, r] of Object.entries(figures))
     if (r.samples.length)
       console.log(`${name} errors: ${JSON.stringify(r.errors)}; first: ${r.samples[0]}`);
@@ -530,14 +392,7 @@ function report(): void {
     console.log(`${s.name}: client mean ${r.latency.mean.toFixed(2)} ms; ${s.breakdown.line()}`);
   }
 
-  mkdirSync(join(repoRoot, 'bench', 'out'), { recursive: true });
-  const file = join(
-    repoRoot,
-    'bench',
-    'out',
-    `admission-${quick ? 'quick' : 'full'}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`,
-  );
-  const results = {
+  writeResults('admission', quick, {
     rate,
     seconds,
     roundSeconds,
@@ -548,7 +403,5 @@ function report(): void {
     goals,
     failures,
     breakdown,
-  };
-  writeFileSync(file, JSON.stringify(results, null, 2));
-  console.log(`JSON: ${file}`);
+  });
 }

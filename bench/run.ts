@@ -1,7 +1,9 @@
 // npm run bench [-- --quick] [-- --keep-cluster]: rollcall on the local cluster (real
 // apiserver), against its peer and baselines in the same run: rollcall without coalescing, a
 // controller-runtime controller (bench/peer), a polling reconciler (bench/poller.ts) and the
-// floor (the storm's required status writes and Events in a tight loop). The bench plays the data plane itself (writes replica reports) to control timing.
+// floor (the storm's required status writes and Events in a tight loop); then the admission
+// bench and the attack (bench/admission.ts, bench/attack.ts), each on a cluster of its own.
+// The bench plays the data plane itself (writes replica reports) to control timing.
 // Figures come from a counting proxy between each subject and the apiserver, a Policy watch,
 // /metrics and /proc. Prints a table; JSON goes to bench/out/.
 //
@@ -38,10 +40,11 @@ import { benchDir, pool, sleep } from './support.ts';
 import { printTable, type PerSubject } from './table.ts';
 
 if (process.argv.includes('--help')) {
-  console.log(`usage: npm run bench [-- --quick] [-- --keep-cluster] [-- --no-admission]
+  console.log(`usage: npm run bench [-- --quick] [-- --keep-cluster] [-- --no-admission] [-- --no-attack]
   --quick         small sizes, under 5 minutes: ${JSON.stringify(sizesFor(true))}
-  --keep-cluster  leave the bench's clusters (.rollcall/bench, .rollcall/bench-admission) running afterwards
-  --no-admission  skip the last part, the admission figure (bench/admission.ts, also npm run bench:admission)
+  --keep-cluster  leave the bench's clusters (.rollcall/bench, -admission, -attack) running afterwards
+  --no-admission  skip the admission figure (bench/admission.ts, also npm run bench:admission)
+  --no-attack     skip the last part, the attack (bench/attack.ts, also npm run bench:attack)
   BENCH_FLIPS, BENCH_STORM, BENCH_MEM_PODS, BENCH_MEM_POLICIES override the sizes (full: ${JSON.stringify(sizesFor(false))})
   BENCH_SUBJECTS=rollcall,controller-runtime runs only the subjects named (of rollcall, no-coalesce,
     controller-runtime, polling)
@@ -50,7 +53,9 @@ phases, each against rollcall, rollcall --no-coalesce, the controller-runtime pe
 with Go on first use) and a polling reconciler: latency, storm;
 then the storm's data plane alone, the floors (the storm's writes; a single change's two
 writes), memory, worker scale-out and fan-out; last, on a cluster of its own, admission latency
-of rollcall's webhook beside the same policy as a native ValidatingAdmissionPolicy.
+of rollcall's webhook beside the same policy as a native ValidatingAdmissionPolicy; then, on
+another cluster, an attack: a hostile policy under load beside the admission policy on the same
+policy server (the canary's latency, the replica's event-loop delay and peak RSS, failed calls).
 Figures go to stdout and bench/out/*.json.`);
   process.exit(0);
 }
@@ -247,4 +252,14 @@ if (!process.argv.includes('--no-admission')) {
     },
   );
   if (admission.status !== 0) process.exitCode = admission.status ?? 1;
+}
+
+// The attack: a hostile policy beside the admission bench's policy, on a cluster of its own.
+if (!process.argv.includes('--no-attack')) {
+  const flags = ['--quick', '--keep-cluster'].filter((f) => process.argv.includes(f));
+  log(`attack: node bench/attack.ts ${flags.join(' ')}`);
+  const attack = spawnSync(process.execPath, [join(repoRoot, 'bench', 'attack.ts'), ...flags], {
+    stdio: 'inherit',
+  });
+  if (attack.status !== 0) process.exitCode = attack.status ?? 1;
 }
