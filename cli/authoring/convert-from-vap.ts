@@ -12,10 +12,10 @@ import { zodMessage } from '../../policy-server/lifecycle.ts';
 import {
   compilePolicy,
   compileWithinBudget,
+  policyExpressions,
   type PolicyCode,
 } from '../../policy-server/cel/index.ts';
 import {
-  expressionsOf,
   isNode,
   replaceRanges,
   SETTINGS_VARIABLE_ANNOTATION,
@@ -398,7 +398,7 @@ function restoreSettingsReads(
   const compiled = compilePolicy(code as unknown as PolicyCode);
   const trees = new Map<string, Node>();
   if (compiled.ok)
-    for (const e of expressionsOf(compiled.policy)) trees.set(e.fieldPath, e.program.ast);
+    for (const e of policyExpressions(compiled.policy)) trees.set(e.fieldPath, e.program.ast);
   const rewrite = (source: unknown, fieldPath: string): unknown => {
     if (typeof source !== 'string') return source;
     const ast = trees.get(fieldPath);

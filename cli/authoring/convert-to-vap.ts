@@ -16,12 +16,12 @@ import { excludedNamespaces, namespaceSelectorExcluding } from '../../functions/
 import { zodMessage } from '../../policy-server/lifecycle.ts';
 import {
   compileWithinBudget,
+  policyExpressions,
   type CompiledPolicy,
   type PolicyCode,
 } from '../../policy-server/cel/index.ts';
 import {
   CONVERTED_FROM_ANNOTATION,
-  expressionsOf,
   isNode,
   replaceRanges,
   SETTINGS_VARIABLE_ANNOTATION,
@@ -121,7 +121,7 @@ export function celLiteral(value: unknown): string {
 /** What rollcall accepts and the apiserver refuses (docs/cel.md, "Known differences"). */
 function apiserverRefuses(policy: CompiledPolicy): ConversionNote[] {
   const notes: ConversionNote[] = [];
-  for (const expression of expressionsOf(policy)) {
+  for (const expression of policyExpressions(policy)) {
     const uses = new Set<string>();
     const visit = (item: unknown): void => {
       if (Array.isArray(item)) return item.forEach(visit);
@@ -300,7 +300,7 @@ function inlineSettings(
   const settingsVariable =
     ['params', 'settings', 'rollcallParams'].find((n) => !taken.has(n)) ?? 'rollcallSettings';
   const reads = new Map<string, [number, number][]>();
-  for (const e of expressionsOf(policy)) {
+  for (const e of policyExpressions(policy)) {
     const ranges = freeIdentifiers(e.program.ast, 'params');
     if (ranges.length > 0) reads.set(e.fieldPath, ranges);
   }

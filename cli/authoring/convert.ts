@@ -9,7 +9,6 @@
  * it is not (the command then exits 1).
  */
 import type { ASTNode } from '@marcbachmann/cel-js';
-import type { CompiledPolicy } from '../../policy-server/cel/index.ts';
 
 export const VAP_API_VERSION = 'admissionregistration.k8s.io/v1';
 /** On a converted VAP: the variable that holds the Policy's settings. */
@@ -52,15 +51,4 @@ export function replaceRanges(
   for (const [start, end] of [...ranges].sort((a, b) => b[0] - a[0]))
     out = out.slice(0, start) + text + out.slice(end);
   return out;
-}
-
-/** Every compiled expression of a policy, with its path. */
-export function expressionsOf(policy: CompiledPolicy) {
-  return [
-    ...policy.variables.map((v) => v.expression),
-    ...policy.matchConditions.map((c) => c.expression),
-    ...policy.validations.flatMap((v) =>
-      v.messageExpression ? [v.expression, v.messageExpression] : [v.expression],
-    ),
-  ];
 }

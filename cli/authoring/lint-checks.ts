@@ -6,7 +6,7 @@
  * does not know is never reported.
  */
 import type { ASTNode } from '@marcbachmann/cel-js';
-import type { CompiledPolicy } from '../../policy-server/cel/index.ts';
+import { policyExpressions, type CompiledPolicy } from '../../policy-server/cel/index.ts';
 
 export interface LintWarning {
   /** e.g. `spec.validations[0].expression`, `spec.variables[1].name`. */
@@ -204,14 +204,7 @@ export function lintPolicy(policy: CompiledPolicy): LintWarning[] {
   }
 
   const read = new Set<string>();
-  const all = [
-    ...policy.variables.map((v) => v.expression),
-    ...policy.matchConditions.map((c) => c.expression),
-    ...policy.validations.flatMap((v) =>
-      v.messageExpression ? [v.expression, v.messageExpression] : [v.expression],
-    ),
-  ];
-  for (const expression of all)
+  for (const expression of policyExpressions(policy))
     for (const name of variablesRead(expression.program.ast)) read.add(name);
   if (!read.has('*'))
     for (const { name, expression } of policy.variables)

@@ -3,6 +3,7 @@
 import type { Environment, ParseResult } from '@marcbachmann/cel-js';
 import { fieldType, policyEnvironment } from './environment.ts';
 import { describeCompileError, position } from './errors.ts';
+import { instrument } from './meter.ts';
 import { scan } from './unsupported.ts';
 
 export interface Validation {
@@ -118,6 +119,21 @@ export interface CompiledPolicy {
   Variables: new (source: VariableSource) => LazyVariables;
 }
 
+/** What a request evaluates after the variables: match conditions, then each validation and its messageExpression. */
+export function requestExpressions(policy: CompiledPolicy): CompiledExpression[] {
+  return [
+    ...policy.matchConditions.map((c) => c.expression),
+    ...policy.validations.flatMap((v) =>
+      v.messageExpression ? [v.expression, v.messageExpression] : [v.expression],
+    ),
+  ];
+}
+
+/** Every expression of a policy in evaluation order: the variables as declared, then requestExpressions. */
+export function policyExpressions(policy: CompiledPolicy): CompiledExpression[] {
+  return [...policy.variables.map((v) => v.expression), ...requestExpressions(policy)];
+}
+
 export type CompileResult = { ok: true; policy: CompiledPolicy } | { ok: false; errors: string[] };
 
 /** At most this many errors are listed; an operator fixes the first ones first. */
@@ -192,6 +208,8 @@ export function compilePolicy(untrusted: PolicyCode, fieldPath = 'spec'): Compil
       errors.push(`${path}: must evaluate to ${expect}, not ${type}`);
       return {};
     }
+    // Once per expression: the meter then charges its sized operations whenever it runs.
+    instrument(program.ast);
     return { compiled: { source, fieldPath: path, program }, type };
   };
 

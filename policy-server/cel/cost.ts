@@ -3,7 +3,7 @@
 // server's main thread without a deadline (docs/cel.md, "Cost"). Conservative: what it cannot
 // tell is not bounded, and goes to the evaluation threads.
 import type { ASTNode } from '@marcbachmann/cel-js';
-import type { CompiledExpression, CompiledPolicy } from './compile.ts';
+import { requestExpressions, type CompiledExpression, type CompiledPolicy } from './compile.ts';
 import { superlinearRegex } from './regex.ts';
 import { callOf, COMPARISONS } from './syntax.ts';
 import { children } from './unsupported.ts';
@@ -300,13 +300,7 @@ export function costBound(policy: CompiledPolicy): CostBound {
     if (reason) return { bounded: false, reason };
     if (iterates(variable.expression.program.ast, scope)) iterating.add(variable.name);
   }
-  const expressions = [
-    ...policy.matchConditions.map((c) => c.expression),
-    ...policy.validations.flatMap((v) =>
-      v.messageExpression ? [v.expression, v.messageExpression] : [v.expression],
-    ),
-  ];
-  for (const expression of expressions) {
+  for (const expression of requestExpressions(policy)) {
     const reason = run(expression);
     if (reason) return { bounded: false, reason };
   }

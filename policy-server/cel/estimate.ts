@@ -9,6 +9,7 @@ import type { ASTNode, BinaryOperator } from '@marcbachmann/cel-js';
 import { formatCost, REQUEST_COST_BUDGET } from './budget.ts';
 import {
   compilePolicy,
+  requestExpressions,
   type CompiledExpression,
   type CompiledPolicy,
   type CompileResult,
@@ -336,16 +337,6 @@ function bind(
   const { cost: valueCost, ...valueBound } = bound;
   const result = walk(body, withLocal(locals, variable, valueBound), context);
   return { ...result, cost: 2 + valueCost + result.cost };
-}
-
-/** The expressions of a request in evaluation order, after the variables. */
-function requestExpressions(policy: CompiledPolicy): CompiledExpression[] {
-  return [
-    ...policy.matchConditions.map((c) => c.expression),
-    ...policy.validations.flatMap((v) =>
-      v.messageExpression ? [v.expression, v.messageExpression] : [v.expression],
-    ),
-  ];
 }
 
 /**

@@ -4,7 +4,7 @@ import type { CompiledExpression, CompiledPolicy, CompiledValidation } from './c
 import { describeCelError, EvaluationError } from './errors.ts';
 import { Activation } from './activation.ts';
 import { REQUEST_COST_BUDGET } from './budget.ts';
-import { charge, CostLimitExceeded, exceededBudget, instrument, metered } from './meter.ts';
+import { charge, CostLimitExceeded, exceededBudget, metered } from './meter.ts';
 
 export interface AdmissionInput {
   /** AdmissionReview.request, as parsed JSON. */
@@ -97,19 +97,6 @@ function denialMessage(validation: CompiledValidation, context: Context): string
   return `failed expression: ${validation.expression.source.trim()}`;
 }
 
-/** Expressions of `policy`, every kind (variables first, as they are declared). */
-function expressionsOf(policy: CompiledPolicy): CompiledExpression[] {
-  return [
-    ...policy.variables.map((v) => v.expression),
-    ...policy.matchConditions.map((c) => c.expression),
-    ...policy.validations.flatMap((v) =>
-      v.messageExpression ? [v.expression, v.messageExpression] : [v.expression],
-    ),
-  ];
-}
-
-const metering = new WeakSet<CompiledPolicy>();
-
 /**
  * Evaluates a compiled policy on one request, as a ValidatingAdmissionPolicy with
  * validationActions [Deny] would: match conditions first (any false: allowed without
@@ -122,10 +109,6 @@ export function evaluatePolicy(
   input: AdmissionInput,
   options: EvaluateOptions = {},
 ): Verdict {
-  if (!metering.has(policy)) {
-    for (const expression of expressionsOf(policy)) instrument(expression.program.ast);
-    metering.add(policy);
-  }
   const ignoreErrors = options.failurePolicy === 'Ignore';
   const { value, cost } = metered(options.budget ?? REQUEST_COST_BUDGET, () =>
     decide(policy, input, ignoreErrors),

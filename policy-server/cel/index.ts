@@ -2,6 +2,8 @@
 // once at load time and evaluated per admission request. See docs/cel.md.
 export {
   compilePolicy,
+  policyExpressions,
+  requestExpressions,
   REASON_CODES,
   type CompiledPolicy,
   type CompileResult,

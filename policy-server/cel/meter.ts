@@ -3,7 +3,7 @@
 // library has no cost accounting, so the meter counts from outside: its evaluator's `run`
 // (called once per AST node evaluated) is wrapped once per thread, and the nodes whose cost
 // depends on their operands (calls, `+`, comparisons, `in`, comprehensions) get a wrapped
-// `handle` when a policy is first evaluated. rollcall's own functions charge before they
+// `handle` when the expression is compiled. rollcall's own functions charge before they
 // allocate (strings.ts, lists.ts, regex.ts).
 //
 // A unit is about the time of one node, 20-30 ns (measured: 5-60 ns on the costliest shapes):
@@ -406,15 +406,11 @@ function operandNodes(node: CheckedNode, out: CheckedNode[]): void {
   collect(node.args);
 }
 
-const instrumented = new WeakSet<object>();
-
 /**
  * Wraps the handles of a checked expression's nodes whose cost depends on their operands'
  * sizes (once per expression; the meter then charges them while it runs).
  */
 export function instrument(ast: ASTNode): void {
-  if (instrumented.has(ast)) return;
-  instrumented.add(ast);
   const stack: CheckedNode[] = [ast as unknown as CheckedNode];
   while (stack.length > 0) {
     const node = stack.pop()!;
