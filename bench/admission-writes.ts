@@ -7,9 +7,9 @@
 import { Agent, request } from 'node:https';
 import { join } from 'node:path';
 import { AdmissionregistrationV1Api, CoreV1Api } from '@kubernetes/client-node';
-import { readNodeAgentState } from '../cluster/node-agent-state.ts';
-import { repoRoot } from '../cluster/paths.ts';
-import { PooledKubeConfig } from '../roles/kube-config.ts';
+import { readNodeAgentState } from '../tooling/cluster/node-agent-state.ts';
+import { repoRoot } from '../tooling/cluster/paths.ts';
+import { PooledKubeConfig } from '../lib/kube/kube-config.ts';
 import { admissionReview, benchPod } from './admission-policies.ts';
 import { TunnelAgent } from './admission-tunnel.ts';
 import { percentile, sleep } from './support.ts';

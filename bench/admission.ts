@@ -10,8 +10,8 @@
 import type { Agent } from 'node:https';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
-import { readNodeAgentState } from '../cluster/node-agent-state.ts';
-import { ensurePki } from '../cluster/pki.ts';
+import { readNodeAgentState } from '../tooling/cluster/node-agent-state.ts';
+import { ensurePki } from '../tooling/cluster/pki.ts';
 import {
   BenchCluster,
   benchArgs,

@@ -14,7 +14,7 @@ import {
 } from '@kubernetes/client-node';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION, REPORT_MAX_BYTES } from '../api/constants.ts';
 import type { Policy } from '../api/v1alpha1.ts';
-import { repoRoot } from '../cluster/paths.ts';
+import { repoRoot } from '../tooling/cluster/paths.ts';
 import { policyManifest } from '../test/support/manifests.ts';
 import { CountingProxy, PolicyRecorder, sleep, startRollcall, type Proc } from './support.ts';
 import { metric } from '../test/support/prom-text.ts';

@@ -1,13 +1,13 @@
 // npm run bench:kube-client [-- KUBECONFIG]: what one API client costs per request, as
 // client-node ships it (a new undici Agent, so a new TLS connection, per request) against
-// rollcall's PooledKubeConfig (roles/kube-config.ts), in the same run against the same
+// rollcall's PooledKubeConfig (lib/kube/kube-config.ts), in the same run against the same
 // apiserver. Connections are counted from undici's diagnostics channel, not by the code under
 // test. Without an argument it starts the local cluster (.rollcall/local) if needed.
 import dc from 'node:diagnostics_channel';
 import { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { up } from '../cluster/cluster.ts';
-import { localDir } from '../cluster/paths.ts';
-import { PooledKubeConfig } from '../roles/kube-config.ts';
+import { up } from '../tooling/cluster/cluster.ts';
+import { localDir } from '../tooling/cluster/paths.ts';
+import { PooledKubeConfig } from '../lib/kube/kube-config.ts';
 import { percentile, pool } from './support.ts';
 
 const requests = 500;

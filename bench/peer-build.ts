@@ -1,11 +1,11 @@
 // Builds the controller-runtime peer (bench/peer, a Go module on the latest controller-runtime
-// release) from the Go module proxy, as cluster/build.ts builds the cluster's binaries: once,
+// release) from the Go module proxy, as tooling/cluster/build.ts builds the cluster's binaries: once,
 // cached under ~/.cache/rollcall/bin by the hash of its sources and the Go version.
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
-import { goBuild, goVersion } from '../cluster/build.ts';
-import { cacheDir, repoRoot } from '../cluster/paths.ts';
+import { goBuild, goVersion } from '../tooling/cluster/build.ts';
+import { cacheDir, repoRoot } from '../tooling/cluster/paths.ts';
 
 const peerDir = join(repoRoot, 'bench', 'peer');
 

@@ -18,12 +18,12 @@ import {
 } from '../api/constants.ts';
 import type { Deployment, Pod, ReplicaSet } from '../api/kube.ts';
 import type { Policy, PolicyServer } from '../api/v1alpha1.ts';
-import { KubeWriter } from '../functions/kube-writer.ts';
+import { KubeWriter } from '../control-plane/functions/kube-writer.ts';
 import { reportsFromPods } from '../api/report.ts';
-import { computePolicy } from '../functions/policy-core.ts';
-import { policyServerResourceName } from '../functions/policyserver-core.ts';
+import { computePolicy } from '../control-plane/functions/policy-core.ts';
+import { policyServerResourceName } from '../control-plane/functions/policyserver-core.ts';
 import { webhookConfigurationName } from '../api/constants.ts';
-import { servedGenerationOf } from '../functions/webhook-core.ts';
+import { servedGenerationOf } from '../control-plane/functions/webhook-core.ts';
 import { pool, sleep } from './support.ts';
 
 const namespace = process.argv[2] ?? 'rollcall-bench';

@@ -3,9 +3,9 @@
 
 import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
-import { startRedis } from '../cluster/redis.ts';
-import { runWorker, type RunningWorker } from '../queue/run-worker.ts';
-import { WorkQueue } from '../queue/work-queue.ts';
+import { startRedis } from '../tooling/cluster/redis.ts';
+import { runWorker, type RunningWorker } from '../control-plane/queue/run-worker.ts';
+import { WorkQueue } from '../control-plane/queue/work-queue.ts';
 
 const events = Number(process.env.BENCH_EVENTS ?? 20_000);
 const keys = Number(process.env.BENCH_KEYS ?? 100);

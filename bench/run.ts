@@ -14,10 +14,10 @@ import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
 import { POLICY_SERVER_LABEL } from '../api/constants.ts';
-import { down, up } from '../cluster/cluster.ts';
-import { repoRoot } from '../cluster/paths.ts';
-import { startRedis } from '../cluster/redis.ts';
-import { installCrds } from '../roles/install-crds.ts';
+import { down, up } from '../tooling/cluster/cluster.ts';
+import { repoRoot } from '../tooling/cluster/paths.ts';
+import { startRedis } from '../tooling/cluster/redis.ts';
+import { installCrds } from '../control-plane/install-crds.ts';
 import {
   Bench,
   concurrency,

@@ -4,7 +4,7 @@
 // REDIS_URL): `npm test` sets them for its soak test, bench/soak.ts for `npm run soak`.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { installCrds } from '../roles/install-crds.ts';
+import { installCrds } from '../control-plane/install-crds.ts';
 import { testKubeConfig } from '../test/support/kube.ts';
 import { deleteRollcallObjects, testDb } from '../test/support/rollcall.ts';
 import { Processes, Scenario, seedFromEnv } from '../test/support/driver.ts';

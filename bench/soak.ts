@@ -4,14 +4,14 @@
 // REL_SEED replays a run.
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { down, up } from '../cluster/cluster.ts';
-import { repoRoot } from '../cluster/paths.ts';
-import { startRedis } from '../cluster/redis.ts';
+import { down, up } from '../tooling/cluster/cluster.ts';
+import { repoRoot } from '../tooling/cluster/paths.ts';
+import { startRedis } from '../tooling/cluster/redis.ts';
 import {
   ensureSystemPackages,
   localClusterNeeds,
   MissingSystemPackageError,
-} from '../cluster/system-packages.ts';
+} from '../tooling/cluster/system-packages.ts';
 
 const log = (line: string) => console.error(`[soak] ${line}`);
 const { values } = parseArgs({ options: { minutes: { type: 'string', default: '5' } } });

@@ -1,7 +1,7 @@
 // The subjects the bench compares in the same run: rollcall, rollcall without coalescing, the
 // controller-runtime peer (bench/peer) and a polling reconciler (bench/poller.ts); and how
 // long a subject takes to go idle.
-import { freePort } from '../cluster/ports.ts';
+import { freePort } from '../tooling/cluster/ports.ts';
 import { log, namespace, phaseTimeoutMs, queueIdle, type Bench } from './context.ts';
 import { sleep, startCommand, startProcess, waitHttpOk, type Proc } from './support.ts';
 import { metric } from '../test/support/prom-text.ts';

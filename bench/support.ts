@@ -9,9 +9,13 @@ import { isDeepStrictEqual } from 'node:util';
 import { CustomObjectsApi, Watch, type KubeConfig } from '@kubernetes/client-node';
 import { parseAllDocuments } from 'yaml';
 import type { Policy } from '../api/v1alpha1.ts';
-import { startApiProxy, writeProxyKubeconfig, type ApiProxy } from '../cluster/api-proxy.ts';
-import { repoRoot } from '../cluster/paths.ts';
-import { freePort } from '../cluster/ports.ts';
+import {
+  startApiProxy,
+  writeProxyKubeconfig,
+  type ApiProxy,
+} from '../tooling/cluster/api-proxy.ts';
+import { repoRoot } from '../tooling/cluster/paths.ts';
+import { freePort } from '../tooling/cluster/ports.ts';
 
 export const benchDir = join(repoRoot, '.rollcall', 'bench');
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -5,7 +5,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { text } from 'node:stream/consumers';
-import type { Role } from '../roles/roles.ts';
+import type { Role } from '../control-plane/roles.ts';
 import type { StatusIo } from './status.ts';
 
 interface Command {
@@ -83,7 +83,7 @@ const COMMANDS: Record<string, Command> = {
   demo: {
     summary: 'walk through rollcall on the local cluster',
     run: async (argv, io) => {
-      const demo = await import('./demo.ts').catch((err: unknown) => {
+      const demo = await import('../tooling/demo/demo.ts').catch((err: unknown) => {
         // The image leaves out the cluster tooling the demo drives (.dockerignore).
         if ((err as { code?: string }).code === 'ERR_MODULE_NOT_FOUND') return undefined;
         throw err;
@@ -98,7 +98,7 @@ const COMMANDS: Record<string, Command> = {
   'policy-server': {
     summary:
       'serve the CEL admission policies of one PolicyServer (rollcall’s policy-server image)',
-    run: async (argv, io) => (await import('../policy-server/main.ts')).run(argv, io),
+    run: async (argv, io) => (await import('../data-plane/main.ts')).run(argv, io),
   },
 };
 

@@ -1,13 +1,13 @@
 // The long-running commands: `rollcall run` (watcher + workers + HTTP in one process),
 // `rollcall watcher`, `rollcall worker`, `rollcall sim`, and the one-shot `install-crds`.
 import { parseArgs } from 'node:util';
-import { ConfigError, configHelp, parseConfig } from '../roles/config.ts';
-import { createLogger } from '../roles/logger.ts';
-import { startRoles, type Role } from '../roles/roles.ts';
+import { ConfigError, configHelp, parseConfig } from '../control-plane/config.ts';
+import { createLogger } from '../lib/logger.ts';
+import { startRoles, type Role } from '../control-plane/roles.ts';
 import type { StatusIo } from './status.ts';
 
 // client-node (~35 MiB of a process, bench/RESULTS.md) is imported by the commands below
-// that use it, and by the workers (roles/roles.ts), never by a watcher.
+// that use it, and by the workers (control-plane/roles.ts), never by a watcher.
 
 /** Resolves on the first SIGTERM or SIGINT. */
 const terminated = () =>
@@ -93,9 +93,9 @@ export async function runSim(argv: readonly string[], io: StatusIo): Promise<num
   }
   const logger = createLogger(values['log-level'] ?? process.env.LOG_LEVEL ?? 'info');
   const [{ loadKubeConfig }, { Simulator }, { startAdmissionServer }] = await Promise.all([
-    import('../roles/kube-config.ts'),
-    import('../sim/sim.ts'),
-    import('../sim/admission.ts'),
+    import('../lib/kube/kube-config.ts'),
+    import('../tooling/sim/sim.ts'),
+    import('../tooling/sim/admission.ts'),
   ]);
   const sim = new Simulator({
     kc: loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG),
@@ -135,8 +135,8 @@ export async function runInstallCrds(argv: readonly string[], io: StatusIo): Pro
   }
   const { values } = parseArgs({ args: [...argv], options: { kubeconfig: { type: 'string' } } });
   const [{ loadKubeConfig }, { installCrds }] = await Promise.all([
-    import('../roles/kube-config.ts'),
-    import('../roles/install-crds.ts'),
+    import('../lib/kube/kube-config.ts'),
+    import('../control-plane/install-crds.ts'),
   ]);
   await installCrds(
     loadKubeConfig(values.kubeconfig ?? process.env.KUBECONFIG),

@@ -7,9 +7,9 @@
  */
 import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
-import { computeStatus } from '../kstatus/compute.ts';
-import { isObject } from '../kstatus/fields.ts';
-import type { KStatusResult } from '../kstatus/types.ts';
+import { computeStatus } from '../lib/kstatus/compute.ts';
+import { isObject } from '../lib/kstatus/fields.ts';
+import type { KStatusResult } from '../lib/kstatus/types.ts';
 
 /** The process boundary, injected so tests need no subprocess. */
 export interface StatusIo {

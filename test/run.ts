@@ -10,17 +10,17 @@
 import { spawn } from 'node:child_process';
 import { globSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
-import { down, up } from '../cluster/cluster.ts';
-import { repoRoot } from '../cluster/paths.ts';
-import { processAlive } from '../cluster/process.ts';
-import { startRedis } from '../cluster/redis.ts';
-import { imageToolNeeds } from '../image/podman.ts';
+import { down, up } from '../tooling/cluster/cluster.ts';
+import { repoRoot } from '../tooling/cluster/paths.ts';
+import { processAlive } from '../tooling/cluster/process.ts';
+import { startRedis } from '../tooling/cluster/redis.ts';
+import { imageToolNeeds } from '../tooling/image/podman.ts';
 import {
   ensureSystemPackages,
   localClusterNeeds,
   MissingSystemPackageError,
   type SystemNeed,
-} from '../cluster/system-packages.ts';
+} from '../tooling/cluster/system-packages.ts';
 
 /** `base`, or `base-<pid>` when a live run already holds `base` (its pid is in run.pid). */
 function claimTestDir(base: string): string {

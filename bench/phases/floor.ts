@@ -7,7 +7,7 @@
 // the pod shows the report: what a controller that learns of the report from a watch needs.
 import { KubeConfig, Watch, type V1Pod } from '@kubernetes/client-node';
 import { API_VERSION, REPORT_ANNOTATION } from '../../api/constants.ts';
-import { KubeWriter } from '../../functions/kube-writer.ts';
+import { KubeWriter } from '../../control-plane/functions/kube-writer.ts';
 import { concurrency, namespace, type Bench } from '../context.ts';
 import { percentile, pool } from '../support.ts';
 import { flipReport } from './latency.ts';

@@ -7,14 +7,17 @@
 import type { ASTNode } from '@marcbachmann/cel-js';
 import { API_VERSION } from '../../api/constants.ts';
 import { policySpecSchema, type LabelSelector } from '../../api/v1alpha1.ts';
-import { excludedNamespaces, NAMESPACE_NAME_LABEL } from '../../functions/webhook-core.ts';
-import { zodMessage } from '../../policy-server/lifecycle.ts';
+import {
+  excludedNamespaces,
+  NAMESPACE_NAME_LABEL,
+} from '../../control-plane/functions/webhook-core.ts';
+import { zodMessage } from '../../data-plane/lifecycle.ts';
 import {
   compilePolicy,
   compileWithinBudget,
   policyExpressions,
   type PolicyCode,
-} from '../../policy-server/cel/index.ts';
+} from '../../data-plane/cel/index.ts';
 import {
   isNode,
   replaceRanges,

@@ -12,14 +12,17 @@
 import type { ASTNode } from '@marcbachmann/cel-js';
 import { API_VERSION } from '../../api/constants.ts';
 import { policySpecSchema, type PolicySpec } from '../../api/v1alpha1.ts';
-import { excludedNamespaces, namespaceSelectorExcluding } from '../../functions/webhook-core.ts';
-import { zodMessage } from '../../policy-server/lifecycle.ts';
+import {
+  excludedNamespaces,
+  namespaceSelectorExcluding,
+} from '../../control-plane/functions/webhook-core.ts';
+import { zodMessage } from '../../data-plane/lifecycle.ts';
 import {
   compileWithinBudget,
   policyExpressions,
   type CompiledPolicy,
   type PolicyCode,
-} from '../../policy-server/cel/index.ts';
+} from '../../data-plane/cel/index.ts';
 import {
   CONVERTED_FROM_ANNOTATION,
   isNode,

@@ -9,8 +9,8 @@
  */
 import { parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
-import { formatCost, REQUEST_COST_BUDGET } from '../../policy-server/cel/budget.ts';
-import { parseReview } from '../../policy-server/review.ts';
+import { formatCost, REQUEST_COST_BUDGET } from '../../data-plane/cel/budget.ts';
+import { parseReview } from '../../data-plane/review.ts';
 import type { StatusIo } from '../status.ts';
 import { InputError, isRecord, objectsIn, readObjects, type SourceObject } from './documents.ts';
 import { splitApiVersion, type KindResource } from './kinds.ts';

@@ -6,7 +6,7 @@
  * does not know is never reported.
  */
 import type { ASTNode } from '@marcbachmann/cel-js';
-import { policyExpressions, type CompiledPolicy } from '../../policy-server/cel/index.ts';
+import { policyExpressions, type CompiledPolicy } from '../../data-plane/cel/index.ts';
 
 export interface LintWarning {
   /** e.g. `spec.validations[0].expression`, `spec.variables[1].name`. */

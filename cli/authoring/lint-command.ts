@@ -12,14 +12,14 @@ import { policySpecSchema, type PolicySpec } from '../../api/v1alpha1.ts';
 import {
   guardedResourcesInterceptedBy,
   interceptionMessage,
-} from '../../functions/webhook-core.ts';
+} from '../../control-plane/functions/webhook-core.ts';
 import {
   compilePolicy,
   compileWithinBudget,
   costBound,
   type PolicyCode,
-} from '../../policy-server/cel/index.ts';
-import { MODULE_MESSAGE } from '../../policy-server/lifecycle.ts';
+} from '../../data-plane/cel/index.ts';
+import { MODULE_MESSAGE } from '../../data-plane/lifecycle.ts';
 import type { StatusIo } from '../status.ts';
 import {
   InputError,

@@ -9,7 +9,7 @@
  * through another version of the same resource); requests are made in the object's version.
  */
 import type { LabelSelector, PolicySpec, Rule } from '../../api/v1alpha1.ts';
-import { excludedNamespaces, ruleIntercepts } from '../../functions/webhook-core.ts';
+import { excludedNamespaces, ruleIntercepts } from '../../control-plane/functions/webhook-core.ts';
 
 /** rollcall's namespace when nobody configured another (`--namespace` of the roles). */
 export const DEFAULT_ROLLCALL_NAMESPACE = 'rollcall-system';

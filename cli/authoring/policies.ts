@@ -14,10 +14,10 @@ import {
   estimateCost,
   evaluatePolicy,
   type CompiledPolicy,
-} from '../../policy-server/cel/index.ts';
-import { keepPolicy, type Engine, type EvalPolicy } from '../../policy-server/evaluation.ts';
-import { neededLoads } from '../../policy-server/lifecycle.ts';
-import { loadNeed, type LoadDeps } from '../../policy-server/load.ts';
+} from '../../data-plane/cel/index.ts';
+import { keepPolicy, type Engine, type EvalPolicy } from '../../data-plane/evaluation.ts';
+import { neededLoads } from '../../data-plane/lifecycle.ts';
+import { loadNeed, type LoadDeps } from '../../data-plane/load.ts';
 import { isRecord, type SourceObject } from './documents.ts';
 
 /** The engine as the policy server's threads use it. */
@@ -31,7 +31,7 @@ export interface LoadedPolicy {
   spec: PolicySpec;
   /** `inline` code, or a `url` document. */
   origin: 'inline' | 'url';
-  /** What an evaluation thread keeps for the generation (policy-server/evaluation.ts). */
+  /** What an evaluation thread keeps for the generation (data-plane/evaluation.ts). */
   kept: EvalPolicy & { compiled: CompiledPolicy };
   /** The static cost estimate of all of a request's expressions (cost units). */
   estimatedCost: number;

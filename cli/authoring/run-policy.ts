@@ -1,21 +1,21 @@
 /**
  * One request through one loaded Policy, as the policy server answers it: whether the webhook
  * would send it (match.ts), then the server's own evaluation (`answerReview` of
- * policy-server/evaluation.ts, the function both of its paths call) and answer
- * (`admissionResponse` of policy-server/verdict.ts: mode, failurePolicy, reasons and codes).
+ * data-plane/evaluation.ts, the function both of its paths call) and answer
+ * (`admissionResponse` of data-plane/verdict.ts: mode, failurePolicy, reasons and codes).
  *
  * Which expressions ran is observed, not re-derived: each compiled expression's program is
  * wrapped so that every call the engine makes (match conditions, variables when first read,
  * validations, message expressions) is recorded with its result or error, in the order the
  * engine finished them.
  */
-import type { CompiledPolicy } from '../../policy-server/cel/index.ts';
-import { answerReview, type Answer, type KeptPolicy } from '../../policy-server/evaluation.ts';
+import type { CompiledPolicy } from '../../data-plane/cel/index.ts';
+import { answerReview, type Answer, type KeptPolicy } from '../../data-plane/evaluation.ts';
 import {
   admissionResponse,
   type AdmissionResponse,
   type Outcome,
-} from '../../policy-server/verdict.ts';
+} from '../../data-plane/verdict.ts';
 import { admissionMatch, labelsOf, type MatchResult, type RequestAttributes } from './match.ts';
 import { ENGINE, type LoadedPolicy } from './policies.ts';
 

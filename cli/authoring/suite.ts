@@ -21,7 +21,7 @@
 import { dirname, resolve } from 'node:path';
 import { parse } from 'yaml';
 import { z } from 'zod';
-import { zodMessage } from '../../policy-server/lifecycle.ts';
+import { zodMessage } from '../../data-plane/lifecycle.ts';
 import {
   InputError,
   isRecord,

@@ -12,8 +12,8 @@ import {
 } from '@kubernetes/client-node';
 import { after } from 'node:test';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../api/constants.ts';
-import { installCrds } from '../../roles/install-crds.ts';
-import { getJson, kubeConfigTarget } from '../../kube/api.ts';
+import { installCrds } from '../../control-plane/install-crds.ts';
+import { getJson, kubeConfigTarget } from '../../lib/kube/api.ts';
 import { testKubeConfig, watchUntil } from './kube.ts';
 import { createRule, policyManifest, policyServerManifest, SIM_IMAGE } from './manifests.ts';
 import {

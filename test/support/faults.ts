@@ -5,8 +5,8 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { apiserverReady, type ClusterState } from '../../cluster/cluster.ts';
-import { processAlive } from '../../cluster/process.ts';
+import { apiserverReady, type ClusterState } from '../../tooling/cluster/cluster.ts';
+import { processAlive } from '../../tooling/cluster/process.ts';
 
 async function waitReady(state: ClusterState, timeoutMs = 90_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

@@ -1,9 +1,13 @@
-// An apiserver proxy (cluster/api-proxy.ts) that can hold back one kind of request.
+// An apiserver proxy (tooling/cluster/api-proxy.ts) that can hold back one kind of request.
 import type { KubeConfig } from '@kubernetes/client-node';
-import { startApiProxy, writeProxyKubeconfig, type ApiProxy } from '../../cluster/api-proxy.ts';
+import {
+  startApiProxy,
+  writeProxyKubeconfig,
+  type ApiProxy,
+} from '../../tooling/cluster/api-proxy.ts';
 
 /**
- * A proxy to the cluster's apiserver (cluster/api-proxy.ts) that holds back list requests of
+ * A proxy to the cluster's apiserver (tooling/cluster/api-proxy.ts) that holds back list requests of
  * one path until released: an informer that cannot finish its list.
  */
 export class HoldingProxy {

@@ -1,7 +1,7 @@
 // Shared helpers for integration tests that talk to the real local cluster started by test/run.ts.
 import { KubeConfig, Watch, type KubernetesObject } from '@kubernetes/client-node';
-import { readState, type ClusterState } from '../../cluster/cluster.ts';
-import { getJson, kubeConfigTarget } from '../../kube/api.ts';
+import { readState, type ClusterState } from '../../tooling/cluster/cluster.ts';
+import { getJson, kubeConfigTarget } from '../../lib/kube/api.ts';
 
 /** The running test cluster; fails with a clear message when tests were not started by `npm test`. */
 export function testCluster(): ClusterState {

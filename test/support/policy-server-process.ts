@@ -15,9 +15,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../api/constants.ts';
-import { repoRoot } from '../../cluster/paths.ts';
-import { ensurePki, issueCertificate } from '../../cluster/pki.ts';
-import { installCrds } from '../../roles/install-crds.ts';
+import { repoRoot } from '../../tooling/cluster/paths.ts';
+import { ensurePki, issueCertificate } from '../../tooling/cluster/pki.ts';
+import { installCrds } from '../../control-plane/install-crds.ts';
 import { testCluster, testKubeConfig } from './kube.ts';
 import { ensureNamespace, logDir } from './rollcall.ts';
 

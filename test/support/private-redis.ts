@@ -2,8 +2,8 @@
 // clients reconnect to the restarted one; it persists nothing, so a restart comes back empty.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
-import { freePort } from '../../cluster/ports.ts';
-import { ensureRedisServer, redisServerArgs, waitForPing } from '../../cluster/redis.ts';
+import { freePort } from '../../tooling/cluster/ports.ts';
+import { ensureRedisServer, redisServerArgs, waitForPing } from '../../tooling/cluster/redis.ts';
 
 export class PrivateRedis {
   private child: ChildProcess | undefined;

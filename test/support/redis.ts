@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { after } from 'node:test';
 import { Redis } from 'ioredis';
-import { ProjectionStore } from '../../projections/store.ts';
+import { ProjectionStore } from '../../control-plane/projections/store.ts';
 
 export function redisUrl(): string {
   const url = process.env.REDIS_URL;

@@ -10,10 +10,10 @@ import {
   AdmissionregistrationV1Api,
   type KubeConfig,
 } from '@kubernetes/client-node';
-import { repoRoot } from '../../cluster/paths.ts';
-import { freePort } from '../../cluster/ports.ts';
-import { installCrds } from '../../roles/install-crds.ts';
-import { statusCodeOf } from '../../kube/errors.ts';
+import { repoRoot } from '../../tooling/cluster/paths.ts';
+import { freePort } from '../../tooling/cluster/ports.ts';
+import { installCrds } from '../../control-plane/install-crds.ts';
+import { statusCodeOf } from '../../lib/kube/errors.ts';
 import { redisUrl } from './redis.ts';
 import { testCluster, testKubeConfig } from './kube.ts';
 

@@ -19,7 +19,7 @@ import {
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../api/constants.ts';
 import type { Condition, Policy, PolicyServer } from '../../api/v1alpha1.ts';
 import { readReplicaReport, type ReplicaReport } from '../../api/report.ts';
-import { getJson, kubeConfigTarget } from '../../kube/api.ts';
+import { getJson, kubeConfigTarget } from '../../lib/kube/api.ts';
 import { httpsRequest, type HttpsAnswer } from './https.ts';
 import { testCluster, watchUntil } from './kube.ts';
 import { policyServerManifest } from './manifests.ts';

@@ -10,7 +10,7 @@ import {
   toValidReason,
   truncateUtf8,
   type Readiness,
-} from '../../kstatus/conditions.ts';
+} from '../../lib/kstatus/conditions.ts';
 
 const t0 = new Date('2024-01-01T00:00:00Z');
 const t1 = new Date('2024-01-01T00:05:00Z');

@@ -1,6 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { aggregateStatus, computeStatus, KIND_RULES, type KStatus } from '../../kstatus/index.ts';
+import {
+  aggregateStatus,
+  computeStatus,
+  KIND_RULES,
+  type KStatus,
+} from '../../lib/kstatus/index.ts';
 import { loadYamlFixture } from '../fixtures/yaml.ts';
 
 interface Case {

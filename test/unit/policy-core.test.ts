@@ -7,7 +7,7 @@ import {
   computePolicy,
   type PolicyCoreInput,
   type PolicyDecision,
-} from '../../functions/policy-core.ts';
+} from '../../control-plane/functions/policy-core.ts';
 import {
   aDeployment,
   aPod,

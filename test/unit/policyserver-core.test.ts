@@ -7,7 +7,7 @@ import {
   desiredService,
   planPolicyServer,
   type PolicyServerOptions,
-} from '../../functions/policyserver-core.ts';
+} from '../../control-plane/functions/policyserver-core.ts';
 import { aDeployment, aPolicyServer, NAMESPACE, NOW } from '../fixtures/builders.ts';
 
 const server = aPolicyServer({

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { PolicyRevision } from '../../api/v1alpha1.ts';
 import { policyRevisionSchema } from '../../api/v1alpha1.ts';
-import { desiredRevision, planRevisions } from '../../functions/revision-core.ts';
+import { desiredRevision, planRevisions } from '../../control-plane/functions/revision-core.ts';
 import { aPolicy, POLICY_UID } from '../fixtures/builders.ts';
 
 const policy = aPolicy({ generation: 6 });

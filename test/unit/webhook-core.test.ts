@@ -13,7 +13,7 @@ import {
   webhookLags,
   type WebhookIntent,
   type WebhookPlanInput,
-} from '../../functions/webhook-core.ts';
+} from '../../control-plane/functions/webhook-core.ts';
 import { aPolicy, aPolicyServer, NAMESPACE } from '../fixtures/builders.ts';
 
 const server = aPolicyServer({ spec: { caBundle: 'Q0EK' } });

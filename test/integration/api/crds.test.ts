@@ -4,10 +4,10 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
-import { kubectl } from '../../../cluster/cluster.ts';
+import { kubectl } from '../../../tooling/cluster/cluster.ts';
 import type { Policy } from '../../../api/v1alpha1.ts';
-import { KubeWriter } from '../../../functions/kube-writer.ts';
-import { installCrds } from '../../../roles/install-crds.ts';
+import { KubeWriter } from '../../../control-plane/functions/kube-writer.ts';
+import { installCrds } from '../../../control-plane/install-crds.ts';
 import { testCluster, testKubeConfig, uniqueName } from '../../support/kube.ts';
 
 const kc = testKubeConfig();

@@ -11,7 +11,7 @@ import {
   type V1CustomResourceDefinition,
   type V1Deployment,
 } from '@kubernetes/client-node';
-import { kubectl } from '../../../cluster/cluster.ts';
+import { kubectl } from '../../../tooling/cluster/cluster.ts';
 import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 
 const kc = testKubeConfig();

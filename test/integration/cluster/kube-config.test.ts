@@ -1,11 +1,11 @@
-// rollcall's API clients share one connection pool (roles/kube-config.ts). client-node alone
+// rollcall's API clients share one connection pool (lib/kube/kube-config.ts). client-node alone
 // opens a new TLS connection per request; the first case proves the counter can see that,
 // the second that rollcall's kubeconfig does not. Connections are counted by undici itself.
 import assert from 'node:assert/strict';
 import dc from 'node:diagnostics_channel';
 import { after, describe, test } from 'node:test';
 import { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { loadKubeConfig } from '../../../roles/kube-config.ts';
+import { loadKubeConfig } from '../../../lib/kube/kube-config.ts';
 import { testCluster } from '../../support/kube.ts';
 
 let connections = 0;
@@ -33,7 +33,7 @@ describe('API client connections', () => {
     assert.equal(
       await connectionsFor(kc, 10),
       10,
-      'client-node now pools connections itself: roles/kube-config.ts can go',
+      'client-node now pools connections itself: lib/kube/kube-config.ts can go',
     );
   });
 

@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { down, status, up } from '../../../cluster/cluster.ts';
+import { down, status, up } from '../../../tooling/cluster/cluster.ts';
 
 /** Every live process whose command line mentions dir (all cluster processes get paths under it). */
 function processesUsing(dir: string): string[] {

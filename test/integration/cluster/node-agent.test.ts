@@ -19,11 +19,14 @@ import {
   type V1Pod,
 } from '@kubernetes/client-node';
 import { DEFAULT_POLICY_SERVER_IMAGE, POLICY_SERVER_TLS_DIR } from '../../../api/constants.ts';
-import { down, kubectl, up, type ClusterState } from '../../../cluster/cluster.ts';
-import { readNodeAgentState, type NodeAgentPod } from '../../../cluster/node-agent-state.ts';
-import { issueCertificate } from '../../../cluster/pki.ts';
-import { processAlive } from '../../../cluster/process.ts';
-import { installCrds } from '../../../roles/install-crds.ts';
+import { down, kubectl, up, type ClusterState } from '../../../tooling/cluster/cluster.ts';
+import {
+  readNodeAgentState,
+  type NodeAgentPod,
+} from '../../../tooling/cluster/node-agent-state.ts';
+import { issueCertificate } from '../../../tooling/cluster/pki.ts';
+import { processAlive } from '../../../tooling/cluster/process.ts';
+import { installCrds } from '../../../control-plane/install-crds.ts';
 import { testCluster, testKubeConfig, uniqueName } from '../../support/kube.ts';
 
 const cluster = testCluster();
@@ -76,7 +79,7 @@ function tlsSecret(state: ClusterState, ns: string, name: string) {
   };
 }
 
-/** The Deployment functions/policyserver-core.ts writes for the default image, reduced to what the agent reads. */
+/** The Deployment control-plane/functions/policyserver-core.ts writes for the default image, reduced to what the agent reads. */
 function deployment(ns: string, replicas: number) {
   return {
     apiVersion: 'apps/v1',

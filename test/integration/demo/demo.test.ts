@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { repoRoot } from '../../../cluster/paths.ts';
+import { repoRoot } from '../../../tooling/cluster/paths.ts';
 
 test(
   'npm run demo -- --once shows real policy servers: a CEL policy Ready 3/3 that denies a request, and a CEL typo, a 404 source and a digest mismatch Stalled with their errors',

@@ -2,7 +2,7 @@
 // deploy/ (kustomize), and with its optional parts those of deploy/'s components, except for
 // the differences listed in `asTheChartRendersIt`; the rendering passes a server-side dry run
 // on the local cluster; and each value does what values.yaml says. Helm is built from its Go
-// module (cluster/build.ts, cached). rbac.test.ts runs the RBAC checks on the chart's accounts.
+// module (tooling/cluster/build.ts, cached). rbac.test.ts runs the RBAC checks on the chart's accounts.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -10,7 +10,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { parse } from 'yaml';
-import { parseRedisUrl } from '../../../queue/redis-url.ts';
+import { parseRedisUrl } from '../../../lib/redis/url.ts';
 import { testCluster } from '../../support/kube.ts';
 import {
   build,

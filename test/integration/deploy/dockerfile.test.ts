@@ -14,8 +14,8 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, test } from 'node:test';
-import { repoRoot } from '../../../cluster/paths.ts';
-import { dockerIgnored, readDockerignore } from '../../../image/docker-context.ts';
+import { repoRoot } from '../../../tooling/cluster/paths.ts';
+import { dockerIgnored, readDockerignore } from '../../../tooling/image/docker-context.ts';
 import { build } from './manifests.ts';
 
 interface Instruction {
@@ -162,18 +162,18 @@ describe('Dockerfile', () => {
       '.git/HEAD',
       '.rollcall',
       '.rollcall/local/kubeconfig',
-      'cluster/go/go.mod',
+      'tooling/cluster/go/go.mod',
       'test/run.ts',
       'bench/run.ts',
-      'cluster/cluster.ts',
-      'cli/demo.ts',
-      'queue/README.md',
+      'tooling/cluster/cluster.ts',
+      'tooling/demo/demo.ts',
+      'control-plane/queue/README.md',
     ]) {
       assert.ok(dockerIgnored(ignore, path), `${path} is not in the image`);
     }
     // The demo (and the cluster tooling it drives) is loaded lazily and left out of the image.
     const { files, packages } = importClosure(join(repoRoot, 'cli', 'rollcall.ts'), [
-      join(repoRoot, 'cli', 'demo.ts'),
+      join(repoRoot, 'tooling', 'demo', 'demo.ts'),
     ]);
     const needed = [...files].map((f) => relative(repoRoot, f));
     needed.push(

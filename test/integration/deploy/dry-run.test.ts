@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { parseRedisUrl } from '../../../queue/redis-url.ts';
+import { parseRedisUrl } from '../../../lib/redis/url.ts';
 import {
   build,
   deployDir,

@@ -1,6 +1,6 @@
-// rollcall's image, built and run. image/build.ts builds it with podman from the Dockerfile on
+// rollcall's image, built and run. tooling/image/build.ts builds it with podman from the Dockerfile on
 // a local base made from Debian's packages (or reuses the build when the checkout has not
-// changed since: CI's build step runs just before), and image/chroot-run.ts runs its
+// changed since: CI's build step runs just before), and tooling/image/chroot-run.ts runs its
 // entrypoint without a container runtime: as uid 1000 in its own pid and mount namespaces,
 // the root read-only and only /tmp writable, as deploy/ runs it. The watcher, the worker and
 // a policy server from the image then reconcile a Policy on the local cluster and Redis: the
@@ -13,10 +13,10 @@ import { request } from 'node:https';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CoreV1Api, type V1ValidatingWebhookConfiguration } from '@kubernetes/client-node';
-import { repoRoot } from '../../../cluster/paths.ts';
-import { freePort } from '../../../cluster/ports.ts';
-import { createCa, issueServingCertificate } from '../../../certs/index.ts';
-import { ensureImage, megabytes, type BuiltImage } from '../../../image/build.ts';
+import { repoRoot } from '../../../tooling/cluster/paths.ts';
+import { freePort } from '../../../tooling/cluster/ports.ts';
+import { createCa, issueServingCertificate } from '../../../lib/certs/index.ts';
+import { ensureImage, megabytes, type BuiltImage } from '../../../tooling/image/build.ts';
 import {
   mountImage,
   runFromImage,
@@ -24,10 +24,10 @@ import {
   type ImageProcess,
   type MountedImage,
   type StartOptions,
-} from '../../../image/chroot-run.ts';
-import { contextFiles } from '../../../image/docker-context.ts';
-import { podman } from '../../../image/podman.ts';
-import { installCrds } from '../../../roles/install-crds.ts';
+} from '../../../tooling/image/chroot-run.ts';
+import { contextFiles } from '../../../tooling/image/docker-context.ts';
+import { podman } from '../../../tooling/image/podman.ts';
+import { installCrds } from '../../../control-plane/install-crds.ts';
 import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 import { waitForStatus } from '../../support/poll.ts';
 import { redisUrl } from '../../support/redis.ts';
@@ -102,7 +102,7 @@ describe("rollcall's image", () => {
 
   test('holds the build context and its production dependencies only: no cluster/, bench/, test/ or demo', () => {
     const app = join(image.root, 'app');
-    for (const absent of ['cluster', 'bench', 'test', 'cli/demo.ts', '.rollcall', '.git'])
+    for (const absent of ['cluster', 'bench', 'test', 'tooling/demo/demo.ts', '.rollcall', '.git'])
       assert.ok(!existsSync(join(app, absent)), `${absent} is not in the image`);
     const listed = spawnSync(
       'find',

@@ -5,8 +5,8 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { after, before } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { ensureHelm } from '../../../cluster/build.ts';
-import { repoRoot } from '../../../cluster/paths.ts';
+import { ensureHelm } from '../../../tooling/cluster/build.ts';
+import { repoRoot } from '../../../tooling/cluster/paths.ts';
 import { testCluster } from '../../support/kube.ts';
 
 export const deployDir = join(repoRoot, 'deploy');

@@ -21,7 +21,7 @@ import {
   issueServingCertificate,
   verifyServingCertificate,
   type CertificateAuthority,
-} from '../../../certs/index.ts';
+} from '../../../lib/certs/index.ts';
 import { testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 import { Processes } from '../../support/driver.ts';
 import {

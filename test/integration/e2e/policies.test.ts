@@ -12,9 +12,9 @@ import {
   type V1ValidatingWebhookConfiguration,
 } from '@kubernetes/client-node';
 import { Queue } from 'bullmq';
-import { kubectl } from '../../../cluster/cluster.ts';
+import { kubectl } from '../../../tooling/cluster/cluster.ts';
 import type { PolicyRevision, PolicyServer } from '../../../api/v1alpha1.ts';
-import { createRedis } from '../../../queue/index.ts';
+import { createRedis } from '../../../control-plane/queue/index.ts';
 import {
   testCluster,
   testKubeConfig,

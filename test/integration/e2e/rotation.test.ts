@@ -11,7 +11,7 @@ import {
   CustomObjectsApi,
   type V1Secret,
 } from '@kubernetes/client-node';
-import { createCa, inspectCertificate, splitPemCertificates } from '../../../certs/index.ts';
+import { createCa, inspectCertificate, splitPemCertificates } from '../../../lib/certs/index.ts';
 import { metric } from '../../support/prom-text.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import {

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createConnection, createServer, type Server } from 'node:net';
 import { after, test } from 'node:test';
-import { freePort } from '../../../cluster/ports.ts';
+import { freePort } from '../../../tooling/cluster/ports.ts';
 import { testKubeConfig } from '../../support/kube.ts';
 import { get, waitFor, waitForStatus } from '../../support/poll.ts';
 import { startServing, type RollcallProcess } from '../../support/rollcall.ts';

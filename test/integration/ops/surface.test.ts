@@ -7,7 +7,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { chromium, type Browser } from 'playwright-core';
-import { repoRoot } from '../../../cluster/paths.ts';
+import { repoRoot } from '../../../tooling/cluster/paths.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import {
   createRule,

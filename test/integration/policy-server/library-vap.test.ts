@@ -19,8 +19,8 @@ import https from 'node:https';
 import { dirname, join, relative, resolve } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parse, parseAllDocuments } from 'yaml';
-import { repoRoot } from '../../../cluster/paths.ts';
-import { kubeConfigTarget } from '../../../kube/api.ts';
+import { repoRoot } from '../../../tooling/cluster/paths.ts';
+import { kubeConfigTarget } from '../../../lib/kube/api.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import { mapLimit } from '../../support/map-limit.ts';
 
@@ -63,7 +63,7 @@ interface Answer {
   warnings: string;
 }
 
-/** One request, with the Warning headers kept (kube/api.ts does not return headers). */
+/** One request, with the Warning headers kept (lib/kube/api.ts does not return headers). */
 async function call(
   method: string,
   path: string,

@@ -2,7 +2,7 @@
 // apiserver's own PodSecurity admission, the reference implementation of the standard: every pod
 // of the corpus is dry-run created (or, for the update cases, dry-run updated) in a namespace
 // enforcing `baseline` and one enforcing `restricted` (enforce-version latest), and evaluated
-// offline by rollcall's engine (policy-server/cel) with the Baseline policies, and with the
+// offline by rollcall's engine (data-plane/cel) with the Baseline policies, and with the
 // Baseline and Restricted policies together. The verdicts must agree control by control: the
 // set of checks PodSecurity names in its denial is the set of rollcall policies that deny.
 //
@@ -15,14 +15,14 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import type { V1Container, V1EphemeralContainer, V1Pod, V1PodSpec } from '@kubernetes/client-node';
-import { repoRoot } from '../../../cluster/paths.ts';
-import { KubeApiError, kubeConfigTarget, requestJson } from '../../../kube/api.ts';
+import { repoRoot } from '../../../tooling/cluster/paths.ts';
+import { KubeApiError, kubeConfigTarget, requestJson } from '../../../lib/kube/api.ts';
 import {
   compileWithinBudget,
   EvaluationError,
   evaluatePolicy,
   type CompiledPolicy,
-} from '../../../policy-server/cel/index.ts';
+} from '../../../data-plane/cel/index.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import { mapLimit } from '../../support/map-limit.ts';
 

@@ -1,6 +1,6 @@
 // Differential conformance: the same policy and object through the apiserver's own
 // ValidatingAdmissionPolicy (cel-go, the oracle) and through rollcall's CEL engine
-// (policy-server/cel), comparing allowed/denied, the denial message and the HTTP code.
+// (data-plane/cel), comparing allowed/denied, the denial message and the HTTP code.
 // Every known difference is listed in KNOWN_DIFFERENCES (and in docs/cel.md), so the test
 // fails on a new difference and on a fixed one.
 import assert from 'node:assert/strict';
@@ -19,7 +19,7 @@ import {
   EvaluationError,
   evaluatePolicy,
   type PolicyCode,
-} from '../../../policy-server/cel/index.ts';
+} from '../../../data-plane/cel/index.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 
 const kc = testKubeConfig();

@@ -7,19 +7,19 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { Deployment, ExistingWebhook, Pod, ReplicaSet } from '../../../api/kube.ts';
 import type { Policy, PolicyServer } from '../../../api/v1alpha1.ts';
-import { computePolicy } from '../../../functions/policy-core.ts';
+import { computePolicy } from '../../../control-plane/functions/policy-core.ts';
 import {
   planPolicyServer,
   POLICY_SERVER_RESOURCE_PREFIX,
   policyServerResourceName,
-} from '../../../functions/policyserver-core.ts';
+} from '../../../control-plane/functions/policyserver-core.ts';
 import {
   buildWebhookConfiguration,
   planWebhook,
   servedGenerationOf,
-} from '../../../functions/webhook-core.ts';
+} from '../../../control-plane/functions/webhook-core.ts';
 import { reportsFromPods, type PolicyReport } from '../../../api/report.ts';
-import { compact, type ProjectedKind } from '../../../projections/store.ts';
+import { compact, type ProjectedKind } from '../../../control-plane/projections/store.ts';
 import { freshStores } from '../../support/redis.ts';
 import {
   aDeployment,
@@ -446,7 +446,7 @@ const keptForOthers: [RegExp, string][] = [
   [/^pods: \[\]\.metadata\.labels\.pod-template-hash$/, 'labels are kept whole'],
   [
     /^deployment: metadata\.annotations\.rollcall\.dev\/applied-hash$/,
-    'functions/policyserver.ts skips applying a manifest whose hash is unchanged',
+    'control-plane/functions/policyserver.ts skips applying a manifest whose hash is unchanged',
   ],
 ];
 

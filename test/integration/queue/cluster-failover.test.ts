@@ -6,10 +6,10 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { startRedisCluster } from '../../../cluster/redis-groups.ts';
-import { ProjectionStore } from '../../../projections/store.ts';
-import { createRedis } from '../../../queue/connection.ts';
-import { WorkQueue } from '../../../queue/work-queue.ts';
+import { startRedisCluster } from '../../../tooling/cluster/redis-groups.ts';
+import { ProjectionStore } from '../../../control-plane/projections/store.ts';
+import { createRedis } from '../../../control-plane/queue/connection.ts';
+import { WorkQueue } from '../../../control-plane/queue/work-queue.ts';
 import { testCluster } from '../../support/kube.ts';
 import { waitFor } from '../../support/poll.ts';
 

@@ -8,8 +8,8 @@ import {
   type HandlerContext,
   type RunningWorker,
   type RunWorkerOptions,
-} from '../../../queue/run-worker.ts';
-import { WorkQueue, type WorkQueueOptions } from '../../../queue/work-queue.ts';
+} from '../../../control-plane/queue/run-worker.ts';
+import { WorkQueue, type WorkQueueOptions } from '../../../control-plane/queue/work-queue.ts';
 import { redisUrl, uniquePrefix } from '../../support/redis.ts';
 
 export const silent = pino({ level: 'silent' });

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { fork, type ChildProcess } from 'node:child_process';
 import { test } from 'node:test';
 import { Redis } from 'ioredis';
-import { WorkQueue } from '../../../queue/work-queue.ts';
+import { WorkQueue } from '../../../control-plane/queue/work-queue.ts';
 import { redisUrl, uniquePrefix } from '../../support/redis.ts';
 import { sleep } from './harness.ts';
 import { eventually } from '../../support/poll.ts';

@@ -1,7 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ApiException } from '@kubernetes/client-node';
-import { done, requeueAfter, terminal, TerminalError } from '../../../queue/outcome.ts';
+import {
+  done,
+  requeueAfter,
+  terminal,
+  TerminalError,
+} from '../../../control-plane/queue/outcome.ts';
 import { sleep, withHarness } from './harness.ts';
 import { eventually } from '../../support/poll.ts';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Redis } from 'ioredis';
-import { WriteRateLimiter } from '../../../queue/rate-limiter.ts';
+import { WriteRateLimiter } from '../../../control-plane/queue/rate-limiter.ts';
 import { redisUrl, uniquePrefix } from '../../support/redis.ts';
 
 test('the write bucket allows a burst, then the rate, shared by every client', async () => {

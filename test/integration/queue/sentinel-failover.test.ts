@@ -3,7 +3,7 @@
 // - When the Sentinel a client asks hangs through the failover, as one on the dead primary's
 //   node would, every client must end up on the new primary. ioredis 5.11 ends such a client
 //   for good ("Connection is closed"): the failover announcement closes its connector while it
-//   waits for that Sentinel's answer (queue/redis-client.ts, followingFailovers).
+//   waits for that Sentinel's answer (lib/redis/client.ts, followingFailovers).
 // - A client closed while the primary is down must stay closed: what reconnects the first
 //   must not reopen it, or a process would never exit.
 import assert from 'node:assert/strict';
@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
-import { startSentinelGroup, redisCommand } from '../../../cluster/redis-groups.ts';
-import { createRedis, ready } from '../../../queue/connection.ts';
+import { startSentinelGroup, redisCommand } from '../../../tooling/cluster/redis-groups.ts';
+import { createRedis, ready } from '../../../control-plane/queue/connection.ts';
 import { testCluster } from '../../support/kube.ts';
 import { waitFor } from '../../support/poll.ts';
 

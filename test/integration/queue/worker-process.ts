@@ -10,9 +10,9 @@
 
 import { pino } from 'pino';
 import { Redis } from 'ioredis';
-import { requeueAfter } from '../../../queue/outcome.ts';
-import { RedisScript } from '../../../queue/redis-script.ts';
-import { runWorker } from '../../../queue/run-worker.ts';
+import { requeueAfter } from '../../../control-plane/queue/outcome.ts';
+import { RedisScript } from '../../../lib/redis/script.ts';
+import { runWorker } from '../../../control-plane/queue/run-worker.ts';
 
 const url = process.env.REDIS_URL ?? '';
 const prefix = process.env.PREFIX ?? '';

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Registry } from 'prom-client';
-import { QueueMetrics } from '../../../queue/metrics.ts';
-import { requeueAfter } from '../../../queue/outcome.ts';
-import { runWorker } from '../../../queue/run-worker.ts';
-import { WorkQueue } from '../../../queue/work-queue.ts';
+import { QueueMetrics } from '../../../control-plane/queue/metrics.ts';
+import { requeueAfter } from '../../../control-plane/queue/outcome.ts';
+import { runWorker } from '../../../control-plane/queue/run-worker.ts';
+import { WorkQueue } from '../../../control-plane/queue/work-queue.ts';
 import { redisUrl, uniquePrefix } from '../../support/redis.ts';
 import { silent, sleep, startHarness, withHarness } from './harness.ts';
 import { eventually } from '../../support/poll.ts';

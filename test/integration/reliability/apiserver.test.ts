@@ -3,10 +3,10 @@
 // relist and rollcall must catch up with what changed meanwhile.
 import assert from 'node:assert/strict';
 import { afterEach, test } from 'node:test';
-import { freePort } from '../../../cluster/ports.ts';
+import { freePort } from '../../../tooling/cluster/ports.ts';
 import { testCluster } from '../../support/kube.ts';
 import { faultScenario } from '../../support/driver.ts';
-import { apiserverReady } from '../../../cluster/cluster.ts';
+import { apiserverReady } from '../../../tooling/cluster/cluster.ts';
 import { compactEtcd, restartApiserver } from '../../support/faults.ts';
 import { metric } from '../../support/prom-text.ts';
 

@@ -6,7 +6,7 @@ import { CoreV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client-n
 import { test } from 'node:test';
 import { REPORT_ANNOTATION } from '../../../api/constants.ts';
 import { readReplicaReport, reportsFromPods } from '../../../api/report.ts';
-import { computePolicy } from '../../../functions/policy-core.ts';
+import { computePolicy } from '../../../control-plane/functions/policy-core.ts';
 import { aPod, aPolicy, aServerWithDeployment, NOW, POLICY_UID } from '../../fixtures/builders.ts';
 import { testKubeConfig } from '../../support/kube.ts';
 import { policyManifest } from '../../support/manifests.ts';

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { before, describe, test } from 'node:test';
 import { stringify } from 'yaml';
-import { installCrds } from '../../../roles/install-crds.ts';
+import { installCrds } from '../../../control-plane/install-crds.ts';
 import { testCluster, testKubeConfig } from '../../support/kube.ts';
 
 const rule = { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] };

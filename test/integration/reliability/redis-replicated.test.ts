@@ -9,19 +9,19 @@
 // Cluster: 3 primaries with a replica each, rollcall on `redis+cluster://`. BullMQ's scripts,
 // the write rate limiter and the projections' MULTIs touch several keys at once, which a
 // Cluster allows only within one slot: every key of rollcall carries the hash tag `{rollcall}`
-// (queue/redis-client.ts keyPrefix). A storm must converge with every key in that slot; then
+// (lib/redis/client.ts keyPrefix). A storm must converge with every key in that slot; then
 // the primary of that slot is SIGKILLed mid-storm and the storm must still converge.
 import assert from 'node:assert/strict';
 import { after, describe, test, type TestContext } from 'node:test';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePort } from '../../../cluster/ports.ts';
+import { freePort } from '../../../tooling/cluster/ports.ts';
 import {
   redisCommand,
   startRedisCluster,
   startSentinelGroup,
-} from '../../../cluster/redis-groups.ts';
-import { installCrds } from '../../../roles/install-crds.ts';
+} from '../../../tooling/cluster/redis-groups.ts';
+import { installCrds } from '../../../control-plane/install-crds.ts';
 import {
   firstStatusAfter,
   Processes,

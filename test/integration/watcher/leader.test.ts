@@ -3,11 +3,11 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, test } from 'node:test';
 import { CoordinationV1Api, CoreV1Api, V1MicroTime } from '@kubernetes/client-node';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { LeaderElector } from '../../../watcher/leader.ts';
+import { LeaderElector } from '../../../control-plane/watcher/leader.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import { eventually } from '../../support/poll.ts';
 import { TcpProxy } from './tcp-proxy.ts';
-import { kubeConfigTarget } from '../../../kube/api.ts';
+import { kubeConfigTarget } from '../../../lib/kube/api.ts';
 
 const kc = testKubeConfig();
 const core = kc.makeApiClient(CoreV1Api);

@@ -8,11 +8,11 @@ import {
   type KubernetesObject,
   type V1ConfigMap,
 } from '@kubernetes/client-node';
-import { Reflector, objectKey, type ReflectorOptions } from '../../../watcher/reflector.ts';
+import { Reflector, objectKey, type ReflectorOptions } from '../../../lib/kube/reflector.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import { eventually } from '../../support/poll.ts';
 import { TcpProxy } from './tcp-proxy.ts';
-import { kubeConfigTarget } from '../../../kube/api.ts';
+import { kubeConfigTarget } from '../../../lib/kube/api.ts';
 
 const kc = testKubeConfig();
 const core = kc.makeApiClient(CoreV1Api);

@@ -9,10 +9,10 @@ import {
   issueServingCertificate,
   type CertificateAndKey,
   type CertificateAuthority,
-} from '../../../certs/issue.ts';
-import { keyMatchesCertificate, verifyServingCertificate } from '../../../certs/verify.ts';
-import { isDueForRenewal, renewalTime } from '../../../certs/renewal.ts';
-import { inspectCertificate, splitPemCertificates } from '../../../certs/inspect.ts';
+} from '../../../lib/certs/issue.ts';
+import { keyMatchesCertificate, verifyServingCertificate } from '../../../lib/certs/verify.ts';
+import { isDueForRenewal, renewalTime } from '../../../lib/certs/renewal.ts';
+import { inspectCertificate, splitPemCertificates } from '../../../lib/certs/inspect.ts';
 import { DAY, HOUR, later, TLS_NOW as NOW } from '../../fixtures/tls-clock.ts';
 
 const names = [

@@ -9,9 +9,12 @@ import {
   splitPemCertificates,
   verifyServingCertificate,
   type CertificateAuthority,
-} from '../../../certs/index.ts';
-import type { KubeWriter } from '../../../functions/kube-writer.ts';
-import { ensureServingSecret, ensureWebhookCa } from '../../../functions/managed-tls.ts';
+} from '../../../lib/certs/index.ts';
+import type { KubeWriter } from '../../../control-plane/functions/kube-writer.ts';
+import {
+  ensureServingSecret,
+  ensureWebhookCa,
+} from '../../../control-plane/functions/managed-tls.ts';
 import { MANAGED_BY, MANAGED_BY_LABEL } from '../../../api/constants.ts';
 import {
   caSecret,
@@ -24,8 +27,8 @@ import {
   servingDnsNames,
   servingSecret,
   usesManagedTls,
-} from '../../../functions/managed-tls-core.ts';
-import type { FunctionContext } from '../../../functions/types.ts';
+} from '../../../control-plane/functions/managed-tls-core.ts';
+import type { FunctionContext } from '../../../control-plane/functions/types.ts';
 import { aPolicyServer, NAMESPACE } from '../../fixtures/builders.ts';
 import { functionContext } from '../../fixtures/function-context.ts';
 import { DAY, later, TLS_NOW as NOW } from '../../fixtures/tls-clock.ts';

@@ -6,15 +6,15 @@ import {
   inspectCertificate,
   issueServingCertificate,
   type CertificateAuthority,
-} from '../../../certs/index.ts';
-import { servingDnsNames } from '../../../functions/managed-tls-core.ts';
-import { computePolicyServerStatus } from '../../../functions/policyserver-core.ts';
+} from '../../../lib/certs/index.ts';
+import { servingDnsNames } from '../../../control-plane/functions/managed-tls-core.ts';
+import { computePolicyServerStatus } from '../../../control-plane/functions/policyserver-core.ts';
 import {
   certificateStatus,
   expiryWarning,
   externalRecheckAt,
   readReferencedTls,
-} from '../../../functions/policyserver-tls-core.ts';
+} from '../../../control-plane/functions/policyserver-tls-core.ts';
 import { aPolicyServer, NAMESPACE } from '../../fixtures/builders.ts';
 import { DAY, later, TLS_NOW as NOW } from '../../fixtures/tls-clock.ts';
 

@@ -5,11 +5,11 @@ import {
   createCa,
   issueServingCertificate,
   type CertificateAuthority,
-} from '../../../certs/index.ts';
-import type { KubeWriter } from '../../../functions/kube-writer.ts';
-import { caSecret } from '../../../functions/managed-tls-core.ts';
-import type { FunctionConfig } from '../../../functions/types.ts';
-import { webhookCaBundle } from '../../../functions/webhook-ca.ts';
+} from '../../../lib/certs/index.ts';
+import type { KubeWriter } from '../../../control-plane/functions/kube-writer.ts';
+import { caSecret } from '../../../control-plane/functions/managed-tls-core.ts';
+import type { FunctionConfig } from '../../../control-plane/functions/types.ts';
+import { webhookCaBundle } from '../../../control-plane/functions/webhook-ca.ts';
 import { aPolicyServer, NAMESPACE } from '../../fixtures/builders.ts';
 import { functionContext } from '../../fixtures/function-context.ts';
 import { TLS_NOW as NOW } from '../../fixtures/tls-clock.ts';

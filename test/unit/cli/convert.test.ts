@@ -8,7 +8,7 @@ import {
   SETTINGS_VARIABLE_ANNOTATION,
   type ConversionNote,
 } from '../../../cli/authoring/convert.ts';
-import { compilePolicy } from '../../../policy-server/cel/index.ts';
+import { compilePolicy } from '../../../data-plane/cel/index.ts';
 import { cli, scratch } from './helpers.ts';
 
 const policy = (spec: Record<string, unknown>, name = 'p') => ({

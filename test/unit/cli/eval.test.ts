@@ -5,11 +5,11 @@ import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { stringify } from 'yaml';
-import { demoManifests, manifestsYaml } from '../../../cli/demo-manifests.ts';
+import { demoManifests, manifestsYaml } from '../../../tooling/demo/manifests.ts';
 import type { EvalReport } from '../../../cli/authoring/eval-command.ts';
-import { compileWithinBudget } from '../../../policy-server/cel/index.ts';
-import { neededLoads } from '../../../policy-server/lifecycle.ts';
-import { loadNeed } from '../../../policy-server/load.ts';
+import { compileWithinBudget } from '../../../data-plane/cel/index.ts';
+import { neededLoads } from '../../../data-plane/lifecycle.ts';
+import { loadNeed } from '../../../data-plane/load.ts';
 import { cli, inProcess, policyYaml, scratch } from './helpers.ts';
 
 const manifests = demoManifests('http://127.0.0.1:9');

@@ -4,7 +4,7 @@ import { describe, test } from 'node:test';
 import { parse } from '@marcbachmann/cel-js';
 import type { LintProblem } from '../../../cli/authoring/lint-command.ts';
 import { constantTruth, variablesRead } from '../../../cli/authoring/lint-checks.ts';
-import { compilePolicy } from '../../../policy-server/cel/index.ts';
+import { compilePolicy } from '../../../data-plane/cel/index.ts';
 import { cli, inProcess, scratch } from './helpers.ts';
 
 const ast = (expression: string) => {

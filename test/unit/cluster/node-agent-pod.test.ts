@@ -15,11 +15,11 @@ import {
   terminationGraceMs,
   type AgentPod,
   type ProcessSpecInput,
-} from '../../../cluster/node-agent-pod.ts';
+} from '../../../tooling/cluster/node-agent-pod.ts';
 
 const IMAGE = 'rollcall:0.1.0';
 
-/** A policy-server pod as functions/policyserver-core.ts writes it for the default image. */
+/** A policy-server pod as control-plane/functions/policyserver-core.ts writes it for the default image. */
 function pod(
   overrides: {
     container?: Record<string, unknown>;

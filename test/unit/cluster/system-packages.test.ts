@@ -3,7 +3,7 @@ import { describe, test } from 'node:test';
 import {
   ensureSystemPackages,
   MissingSystemPackageError,
-} from '../../../cluster/system-packages.ts';
+} from '../../../tooling/cluster/system-packages.ts';
 
 describe('ensureSystemPackages', () => {
   const quiet = () => {};

@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { EventRecorder, type PendingEvent } from '../../../functions/event-recorder.ts';
+import {
+  EventRecorder,
+  type PendingEvent,
+} from '../../../control-plane/functions/event-recorder.ts';
 
 const regarding = { apiVersion: 'rollcall.dev/v1alpha1', kind: 'Policy', name: 'p' };
 const event = (reason: string) => ({ type: 'Normal' as const, reason, action: 'Load', note: '' });

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { policy } from '../../../functions/policy.ts';
-import { server } from '../../../functions/server.ts';
-import { webhook } from '../../../functions/webhook.ts';
-import { reportOnlyChange } from '../../../functions/policy-keys.ts';
-import type { WatchEvent } from '../../../functions/types.ts';
-import { projectPod } from '../../../projections/store.ts';
+import { policy } from '../../../control-plane/functions/policy.ts';
+import { server } from '../../../control-plane/functions/fan-out.ts';
+import { webhook } from '../../../control-plane/functions/webhook.ts';
+import { reportOnlyChange } from '../../../control-plane/functions/policy-keys.ts';
+import type { WatchEvent } from '../../../control-plane/functions/types.ts';
+import { projectPod } from '../../../control-plane/projections/store.ts';
 
 const report = (entries: Record<string, unknown>) => JSON.stringify(entries);
 const pod = ({

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { reportsFromPods } from '../../../api/report.ts';
-import { policy } from '../../../functions/policy.ts';
-import { buildWebhookConfiguration } from '../../../functions/webhook-core.ts';
-import type { PolicyView } from '../../../projections/store.ts';
+import { policy } from '../../../control-plane/functions/policy.ts';
+import { buildWebhookConfiguration } from '../../../control-plane/functions/webhook-core.ts';
+import type { PolicyView } from '../../../control-plane/projections/store.ts';
 import {
   aPolicy,
   aServerWithDeployment,

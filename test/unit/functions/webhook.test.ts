@@ -6,11 +6,11 @@ import { describe, test } from 'node:test';
 import type { V1ValidatingWebhookConfiguration } from '@kubernetes/client-node';
 import { reportsFromPods } from '../../../api/report.ts';
 import type { Policy, PolicyRevision, PolicyServerSpec } from '../../../api/v1alpha1.ts';
-import { desiredRevision } from '../../../functions/revision-core.ts';
-import type { FunctionConfig } from '../../../functions/types.ts';
-import { webhook } from '../../../functions/webhook.ts';
-import type { PolicyView } from '../../../projections/store.ts';
-import type { Outcome } from '../../../queue/index.ts';
+import { desiredRevision } from '../../../control-plane/functions/revision-core.ts';
+import type { FunctionConfig } from '../../../control-plane/functions/types.ts';
+import { webhook } from '../../../control-plane/functions/webhook.ts';
+import type { PolicyView } from '../../../control-plane/projections/store.ts';
+import type { Outcome } from '../../../control-plane/queue/index.ts';
 import {
   aPolicy,
   aServerWithDeployment,

@@ -15,7 +15,7 @@ import {
   requestJson,
   watchJson,
   type ApiTarget,
-} from '../../../kube/api.ts';
+} from '../../../lib/kube/api.ts';
 
 const kubeconfigText = (user: string, cluster = 'server: https://127.0.0.1:6443') => `
 apiVersion: v1

@@ -8,7 +8,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { parse, parseAllDocuments } from 'yaml';
-import { repoRoot } from '../../../cluster/paths.ts';
+import { repoRoot } from '../../../tooling/cluster/paths.ts';
 
 const policiesDir = join(repoRoot, 'policies');
 const libraryFiles = readdirSync(policiesDir).filter((f) => f.endsWith('.yaml'));

@@ -5,9 +5,9 @@ import {
   parseValidatePath,
   review,
   type AdmissionDeps,
-} from '../../../policy-server/admission.ts';
-import { InlineEvaluator } from '../../../policy-server/inline.ts';
-import { EvaluationPool, type PoolJob, type PoolOutcome } from '../../../policy-server/pool.ts';
+} from '../../../data-plane/admission.ts';
+import { InlineEvaluator } from '../../../data-plane/inline.ts';
+import { EvaluationPool, type PoolJob, type PoolOutcome } from '../../../data-plane/pool.ts';
 
 const body = (extra: Record<string, unknown> = {}) =>
   JSON.stringify({

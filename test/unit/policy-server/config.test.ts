@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { parsePolicyServerConfig, PolicyServerConfigError } from '../../../policy-server/config.ts';
+import { parsePolicyServerConfig, PolicyServerConfigError } from '../../../data-plane/config.ts';
 
 const env = { POLICY_SERVER: 'default', POD_NAME: 'policy-server-default-abc' };
 

@@ -21,16 +21,16 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { connect as connectTls } from 'node:tls';
 import { pino } from 'pino';
-import { ensurePki, issueCertificate } from '../../../cluster/pki.ts';
+import { ensurePki, issueCertificate } from '../../../tooling/cluster/pki.ts';
 import {
   handover,
   startHttpsServer,
   type HttpsServerOptions,
   type IngressLimits,
   type PolicyHttpsServer,
-} from '../../../policy-server/https-server.ts';
-import { PolicyServerMetrics } from '../../../policy-server/metrics.ts';
-import { TlsReloader } from '../../../policy-server/tls.ts';
+} from '../../../data-plane/https-server.ts';
+import { PolicyServerMetrics } from '../../../data-plane/metrics.ts';
+import { TlsReloader } from '../../../data-plane/tls.ts';
 import { callLocal, httpsRequest } from '../../support/https.ts';
 import { loadedTarget, slowServerOptions } from './fixtures/slow-server.ts';
 

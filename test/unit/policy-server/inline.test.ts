@@ -2,10 +2,10 @@
 // the same outcomes; and what goes to the pool instead.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { review as answerAdmission } from '../../../policy-server/admission.ts';
-import type { EvalPolicy } from '../../../policy-server/evaluation.ts';
-import { INLINE_COST_BUDGET, InlineEvaluator } from '../../../policy-server/inline.ts';
-import { EvaluationPool, type PoolJob } from '../../../policy-server/pool.ts';
+import { review as answerAdmission } from '../../../data-plane/admission.ts';
+import type { EvalPolicy } from '../../../data-plane/evaluation.ts';
+import { INLINE_COST_BUDGET, InlineEvaluator } from '../../../data-plane/inline.ts';
+import { EvaluationPool, type PoolJob } from '../../../data-plane/pool.ts';
 
 const reviewOf = (request: Record<string, unknown>) =>
   JSON.stringify({

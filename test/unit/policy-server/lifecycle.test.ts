@@ -13,7 +13,7 @@ import {
   readiness,
   targetFor,
   type LoadState,
-} from '../../../policy-server/lifecycle.ts';
+} from '../../../data-plane/lifecycle.ts';
 
 const validations = [{ expression: 'object.metadata.name != "x"', message: 'no x' }];
 const spec = (extra: Record<string, unknown> = {}) => ({

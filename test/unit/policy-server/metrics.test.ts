@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { PolicyServerMetrics } from '../../../policy-server/metrics.ts';
+import { PolicyServerMetrics } from '../../../data-plane/metrics.ts';
 
 describe('policy-server metrics', () => {
   test('count answers by policy, generation and verdict, and load failures by policy', async () => {

@@ -1,7 +1,7 @@
 // The pool with the real CEL engine: the expensive and catastrophic cases of issue 14.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { EvaluationPool, type PoolJob, type PoolOutcome } from '../../../policy-server/pool.ts';
+import { EvaluationPool, type PoolJob, type PoolOutcome } from '../../../data-plane/pool.ts';
 
 const pod = (name: string) => ({
   uid: 'r1',

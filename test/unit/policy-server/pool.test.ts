@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { EvaluationPool, type PoolJob } from '../../../policy-server/pool.ts';
+import { EvaluationPool, type PoolJob } from '../../../data-plane/pool.ts';
 
 const engine = new URL('./fixtures/fake-engine.ts', import.meta.url).href;
 const review = JSON.stringify({

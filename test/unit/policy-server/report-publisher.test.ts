@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { ReportPublisher } from '../../../policy-server/report-publisher.ts';
+import { ReportPublisher } from '../../../data-plane/report-publisher.ts';
 
 const fast = { baseMs: 1, capMs: 5, factor: 2, jitter: 0 };
 

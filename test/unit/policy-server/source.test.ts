@@ -3,10 +3,10 @@ import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { compilePolicy } from '../../../policy-server/cel/index.ts';
-import { neededLoads } from '../../../policy-server/lifecycle.ts';
-import { loadNeed, type Compile } from '../../../policy-server/load.ts';
-import { fetchSource, SourceError } from '../../../policy-server/source.ts';
+import { compilePolicy } from '../../../data-plane/cel/index.ts';
+import { neededLoads } from '../../../data-plane/lifecycle.ts';
+import { loadNeed, type Compile } from '../../../data-plane/load.ts';
+import { fetchSource, SourceError } from '../../../data-plane/source.ts';
 
 const good = `validations:
   - expression: "object.metadata.name != 'forbidden'"

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { admissionResponse, type PolicyAnswerContext } from '../../../policy-server/verdict.ts';
+import { admissionResponse, type PolicyAnswerContext } from '../../../data-plane/verdict.ts';
 
 const protect: PolicyAnswerContext = {
   policy: 'p',

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { backoffDelay, defaultBackoff, spread } from '../../../queue/backoff.ts';
-import { defaultWatchBackoff } from '../../../watcher/reflector.ts';
+import { backoffDelay, defaultBackoff, spread } from '../../../lib/backoff.ts';
+import { defaultWatchBackoff } from '../../../lib/kube/reflector.ts';
 
 describe('backoffDelay', () => {
   const noJitter = { baseMs: 10, capMs: 1000, factor: 2, jitter: 0 };

@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { formatKey, functionOf, InvalidKeyError, newJobId, parseKey } from '../../../queue/key.ts';
+import {
+  formatKey,
+  functionOf,
+  InvalidKeyError,
+  newJobId,
+  parseKey,
+} from '../../../control-plane/queue/key.ts';
 
 const valid: [string, ReturnType<typeof parseKey>][] = [
   ['policy/require-labels', { function: 'policy', name: 'require-labels' }],

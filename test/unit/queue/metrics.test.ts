@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Registry } from 'prom-client';
-import { QueueMetrics } from '../../../queue/metrics.ts';
-import { jobStates, type JobState } from '../../../queue/work-queue.ts';
+import { QueueMetrics } from '../../../control-plane/queue/metrics.ts';
+import { jobStates, type JobState } from '../../../control-plane/queue/work-queue.ts';
 
 test('a scrape while Redis cannot answer leaves the queue depth out and keeps the rest', async () => {
   const registry = new Registry();

@@ -6,7 +6,7 @@ import {
   maxRetryAfterMs,
   outcomeOfError,
   parseRetryAfter,
-} from '../../../queue/kube-errors.ts';
+} from '../../../control-plane/queue/kube-errors.ts';
 import {
   done,
   nextStep,
@@ -15,7 +15,7 @@ import {
   terminal,
   TerminalError,
   type Outcome,
-} from '../../../queue/outcome.ts';
+} from '../../../control-plane/queue/outcome.ts';
 
 const backoff = (n: number) => n * 100;
 

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Cluster, Redis } from 'ioredis';
-import { ProjectionStore } from '../../../projections/store.ts';
-import { WriteRateLimiter } from '../../../queue/rate-limiter.ts';
-import { isReplicated, keyPrefix, keySlot } from '../../../queue/redis-client.ts';
-import { parseRedisUrl, redact, RedisUrlError } from '../../../queue/redis-url.ts';
+import { ProjectionStore } from '../../../control-plane/projections/store.ts';
+import { WriteRateLimiter } from '../../../control-plane/queue/rate-limiter.ts';
+import { isReplicated, keyPrefix, keySlot } from '../../../lib/redis/client.ts';
+import { parseRedisUrl, redact, RedisUrlError } from '../../../lib/redis/url.ts';
 
 describe('parseRedisUrl', () => {
   it('passes redis:// and rediss:// URLs to ioredis as they are', () => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { WriteWindow } from '../../../queue/write-window.ts';
+import { WriteWindow } from '../../../control-plane/queue/write-window.ts';
 
 /** Enters `n` writes at once and says how many got in before the event loop moved on. */
 async function enterMany(w: WriteWindow, n: number): Promise<{ entered: () => number }> {

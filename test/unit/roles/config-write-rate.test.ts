@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { ConfigError, parseConfig } from '../../../roles/config.ts';
+import { ConfigError, parseConfig } from '../../../control-plane/config.ts';
 
 const base = ['--redis-url', 'redis://localhost:6379'];
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, test } from 'node:test';
-import { releaseAfterBursts, releaseFreedMemory } from '../../../roles/release-memory.ts';
+import { releaseAfterBursts, releaseFreedMemory } from '../../../lib/release-memory.ts';
 
 const rssMiB = () => process.memoryUsage().rss / 2 ** 20;
 

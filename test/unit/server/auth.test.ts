@@ -1,8 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Hono } from 'hono';
-import { isLoopback, isSameOrigin, uiGuard, type UiAccess } from '../../../server/auth.ts';
-import { createApp } from '../../../server/http.ts';
+import {
+  isLoopback,
+  isSameOrigin,
+  uiGuard,
+  type UiAccess,
+} from '../../../control-plane/http/auth.ts';
+import { createApp } from '../../../control-plane/http/http.ts';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 
@@ -99,7 +104,7 @@ test('same-origin: safe methods always pass; writes need a matching Origin', () 
 });
 
 test('with the UIs off, / and /queues answer 403 with the reason while probes and metrics stay open', async () => {
-  const { mountUis } = await import('../../../server/ui.ts');
+  const { mountUis } = await import('../../../control-plane/http/ui.ts');
   const app = createApp({
     registry: new Registry(),
     logger: pino({ level: 'silent' }),

@@ -3,9 +3,9 @@ import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
-import { createLogger } from '../../../roles/logger.ts';
-import { readiness } from '../../../roles/roles.ts';
-import { createApp, type Readiness } from '../../../server/http.ts';
+import { createLogger } from '../../../lib/logger.ts';
+import { readiness } from '../../../control-plane/roles.ts';
+import { createApp, type Readiness } from '../../../control-plane/http/http.ts';
 
 const app = (ready: () => Promise<Readiness>, readyTimeoutMs?: number) =>
   createApp({

@@ -6,8 +6,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { pino } from 'pino';
-import { ensurePki, issueCertificate } from '../../../cluster/pki.ts';
-import { startAdmissionServer, verdict, type AdmissionPolicy } from '../../../sim/admission.ts';
+import { ensurePki, issueCertificate } from '../../../tooling/cluster/pki.ts';
+import {
+  startAdmissionServer,
+  verdict,
+  type AdmissionPolicy,
+} from '../../../tooling/sim/admission.ts';
 
 test('verdicts', () => {
   const cases: {

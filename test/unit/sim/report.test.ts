@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { readReplicaReport } from '../../../api/report.ts';
-import { simulatedReport, type SimPolicyObject } from '../../../sim/sim.ts';
+import { simulatedReport, type SimPolicyObject } from '../../../tooling/sim/sim.ts';
 
 const policy = (
   name: string,

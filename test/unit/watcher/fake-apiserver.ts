@@ -2,7 +2,7 @@
 // reactions to pagination, 410s, errors and silence can be tested deterministically.
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { credentialsTarget, type ApiTarget } from '../../../kube/api.ts';
+import { credentialsTarget, type ApiTarget } from '../../../lib/kube/api.ts';
 
 /** An answer to a list request: a status and a JSON body. */
 export interface Answer {
@@ -55,7 +55,7 @@ export class FakeApiServer {
     return fake;
   }
 
-  /** The API target of this server (kube/api.ts), as the watcher reaches the apiserver. */
+  /** The API target of this server (lib/kube/api.ts), as the watcher reaches the apiserver. */
   target(): ApiTarget {
     const { port } = this.#server.address() as AddressInfo;
     return credentialsTarget({ server: `http://127.0.0.1:${port}` });

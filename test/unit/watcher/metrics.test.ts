@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Registry } from 'prom-client';
-import { reflectorMetrics } from '../../../watcher/metrics.ts';
+import { reflectorMetrics } from '../../../control-plane/watcher/metrics.ts';
 
 describe('reflectorMetrics', () => {
   test('counts restarts, relists, events and failures per resource in the given registry', async () => {

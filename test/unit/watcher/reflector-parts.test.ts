@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { leaseIsFree, microTime, type Lease } from '../../../watcher/leader.ts';
-import { KubeApiError } from '../../../kube/api.ts';
-import { classifyWatchEnd, diffStore, isGone, objectKey } from '../../../watcher/reflector.ts';
+import { leaseIsFree, microTime, type Lease } from '../../../control-plane/watcher/leader.ts';
+import { KubeApiError } from '../../../lib/kube/api.ts';
+import { classifyWatchEnd, diffStore, isGone, objectKey } from '../../../lib/kube/reflector.ts';
 import { configMap } from './fake-apiserver.ts';
 
 describe('objectKey', () => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import type { KubernetesObject } from '@kubernetes/client-node';
-import { Reflector, objectKey, type ReflectorOptions } from '../../../watcher/reflector.ts';
+import { Reflector, objectKey, type ReflectorOptions } from '../../../lib/kube/reflector.ts';
 import {
   FakeApiServer,
   configMap,

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { compilePolicy, type PolicyCode } from '../../../../policy-server/cel/index.ts';
+import { compilePolicy, type PolicyCode } from '../../../../data-plane/cel/index.ts';
 
 const one = (expression: string): PolicyCode => ({ validations: [{ expression }] });
 

@@ -1,7 +1,7 @@
 // costBound: which policies may be evaluated on the main thread (docs/cel.md, "Cost").
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { costBound, type PolicyCode } from '../../../../policy-server/cel/index.ts';
+import { costBound, type PolicyCode } from '../../../../data-plane/cel/index.ts';
 import { compiled } from './helpers.ts';
 
 const one = (expression: string): PolicyCode => ({ validations: [{ expression }] });

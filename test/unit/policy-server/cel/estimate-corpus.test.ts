@@ -9,12 +9,8 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { validations as benchValidations } from '../../../../bench/admission-policies.ts';
-import { demoManifests } from '../../../../cli/demo-manifests.ts';
-import {
-  compilePolicy,
-  costProblem,
-  type PolicyCode,
-} from '../../../../policy-server/cel/index.ts';
+import { demoManifests } from '../../../../tooling/demo/manifests.ts';
+import { compilePolicy, costProblem, type PolicyCode } from '../../../../data-plane/cel/index.ts';
 
 const root = join(import.meta.dirname, '../../../..');
 

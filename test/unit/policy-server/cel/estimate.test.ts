@@ -6,9 +6,9 @@ import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import type { ASTNode } from '@marcbachmann/cel-js';
 import fc from 'fast-check';
-import { Activation } from '../../../../policy-server/cel/activation.ts';
-import { REQUEST_COST_BUDGET } from '../../../../policy-server/cel/budget.ts';
-import { deepSize, ESTIMATED_FUNCTIONS } from '../../../../policy-server/cel/estimate.ts';
+import { Activation } from '../../../../data-plane/cel/activation.ts';
+import { REQUEST_COST_BUDGET } from '../../../../data-plane/cel/budget.ts';
+import { deepSize, ESTIMATED_FUNCTIONS } from '../../../../data-plane/cel/estimate.ts';
 import {
   compilePolicy,
   compileWithinBudget,
@@ -16,9 +16,9 @@ import {
   estimateCost,
   type CompiledPolicy,
   type PolicyCode,
-} from '../../../../policy-server/cel/index.ts';
-import { neededLoads } from '../../../../policy-server/lifecycle.ts';
-import { loadNeed } from '../../../../policy-server/load.ts';
+} from '../../../../data-plane/cel/index.ts';
+import { neededLoads } from '../../../../data-plane/lifecycle.ts';
+import { loadNeed } from '../../../../data-plane/load.ts';
 import { compiled, createRequest } from './helpers.ts';
 
 /** 31 variables: v0 = `first`, vN = step(`variables.v(N-1)`). */
@@ -265,7 +265,7 @@ describe('the cost estimate at load', () => {
   });
 
   test('the estimate has a rule for every function of the policy environment', () => {
-    // Names registered by the CEL library and by policy-server/cel (read from their sources).
+    // Names registered by the CEL library and by data-plane/cel (read from their sources).
     const names = new Set<string>();
     const sources = [
       ...['functions', 'optional', 'macros'].map(
@@ -273,7 +273,7 @@ describe('the cost estimate at load', () => {
           new URL(`../../../../node_modules/@marcbachmann/cel-js/lib/${f}.js`, import.meta.url),
       ),
       ...['strings', 'lists', 'regex', 'quantity', 'url', 'conversions'].map(
-        (f) => new URL(`../../../../policy-server/cel/${f}.ts`, import.meta.url),
+        (f) => new URL(`../../../../data-plane/cel/${f}.ts`, import.meta.url),
       ),
     ];
     for (const source of sources) {

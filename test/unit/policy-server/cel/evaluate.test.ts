@@ -5,7 +5,7 @@ import {
   evaluatePolicy,
   type PolicyCode,
   type Verdict,
-} from '../../../../policy-server/cel/index.ts';
+} from '../../../../data-plane/cel/index.ts';
 import { compiled, createRequest, verdict } from './helpers.ts';
 
 const cases: {

@@ -5,7 +5,7 @@ import {
   type CompiledPolicy,
   type PolicyCode,
   type Verdict,
-} from '../../../../policy-server/cel/index.ts';
+} from '../../../../data-plane/cel/index.ts';
 
 /** Compiles or fails the test with the compile errors. */
 export function compiled(code: PolicyCode): CompiledPolicy {

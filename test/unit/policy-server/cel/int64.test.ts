@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { toCelValue } from '../../../../policy-server/cel/index.ts';
+import { toCelValue } from '../../../../data-plane/cel/index.ts';
 
 const cases: { name: string; json: string; want: unknown }[] = [
   { name: 'an integer becomes a BigInt', json: '3', want: 3n },

@@ -3,14 +3,14 @@
 import assert from 'node:assert/strict';
 import { setFlagsFromString } from 'node:v8';
 import { describe, test } from 'node:test';
-import { REQUEST_COST_BUDGET } from '../../../../policy-server/cel/budget.ts';
+import { REQUEST_COST_BUDGET } from '../../../../data-plane/cel/budget.ts';
 import {
   compilePolicy,
   CostLimitExceeded,
   evaluatePolicy,
   type PolicyCode,
-} from '../../../../policy-server/cel/index.ts';
-import { deepWeight, installMeter } from '../../../../policy-server/cel/meter.ts';
+} from '../../../../data-plane/cel/index.ts';
+import { deepWeight, installMeter } from '../../../../data-plane/cel/meter.ts';
 import { compiled, createRequest } from './helpers.ts';
 
 // As the policy server does (main.ts, eval-worker.ts): a catastrophic pattern falls back.

@@ -1,0 +1,64 @@
+// The policy function: aggregates the replicas' reports into the Policy's status, writes it
+// only when it changed, and emits Events on transitions.
+import { isDeepStrictEqual } from 'node:util';
+import { API_VERSION } from '../../api/constants.ts';
+import type { Policy } from '../../api/v1alpha1.ts';
+import { done, requeueAfter, terminal, type Outcome } from '../queue/index.ts';
+import { computePolicy, type PolicyDecision } from './policy-core.ts';
+import { notSyncedDelayMs, policiesAffectedBy } from './policy-keys.ts';
+import { POLICY_SERVER_RESOURCE_PREFIX } from './policyserver-core.ts';
+import { servedGenerationOf, webhookLags } from './webhook-core.ts';
+import type { FunctionContext, ReconcileFunction } from './types.ts';
+
+export const policy: ReconcileFunction = {
+  name: 'policy',
+
+  keysFor(event, index) {
+    return policiesAffectedBy(event, index).map((n) => `policy/${n}`);
+  },
+
+  async handle(name, ctx) {
+    const view = await ctx.timed('read', () =>
+      ctx.store.policyView(name, POLICY_SERVER_RESOURCE_PREFIX),
+    );
+    if (!view) return requeueAfter(notSyncedDelayMs);
+    if (view.invalid) return terminal(`Policy ${name} could not be read: ${view.invalid}`);
+    if (!view.policy) return done(); // deleted: its webhook function cleans up
+
+    const policy = view.policy;
+    const decision = await ctx.timed('compute', () =>
+      computePolicy({
+        ...view,
+        policy,
+        servedGeneration: servedGenerationOf(view.webhook, policy),
+        now: ctx.now(),
+      }),
+    );
+    // Report changes enqueue this function only (webhook.ts): the webhook runs when it must move.
+    if (webhookLags(decision.webhook, view.webhook, policy)) await ctx.enqueue([`webhook/${name}`]);
+    if (isDeepStrictEqual(decision.status, policy.status)) return done();
+    return ctx.timed('write', () => write(name, policy, decision, ctx));
+  },
+};
+
+/** The status, then the Events of its transition. */
+async function write(
+  name: string,
+  policy: Policy,
+  decision: PolicyDecision,
+  ctx: FunctionContext,
+): Promise<Outcome> {
+  // Conditional on the version read: a projection that lags behind the last write would
+  // otherwise repeat that write's Events.
+  if (!(await ctx.kube.patchStatus('policies', name, decision.status, policy))) return done();
+  ctx.log.info(
+    { summary: decision.status.summary, ready: decision.status.ready },
+    'policy status written',
+  );
+  // Events follow status changes only, so a re-run that changes nothing stays silent. They
+  // are best effort, as in Kubernetes: written after the run, a lost one is logged, never
+  // retried with the job.
+  const regarding = { apiVersion: API_VERSION, kind: 'Policy', name, uid: policy.metadata.uid };
+  for (const event of decision.events) ctx.events.record(regarding, event, ctx.now());
+  return done();
+}

@@ -1,0 +1,275 @@
+// The status page at `/`: every PolicyServer with its replicas, and per server a matrix of
+// its policies × its pods showing what each replica reported. Read from the Redis projections
+// the watcher keeps (two round trips per server), never from the API server, so a page view
+// costs the cluster nothing. `statusModel` is pure; `renderStatusPage` only formats.
+import type { Hono } from 'hono';
+import { html, raw } from 'hono/html';
+import type { HtmlEscapedString } from 'hono/utils/html';
+import type { Pod } from '../../api/kube.ts';
+import { policyReport, type ReportReading } from '../../api/report.ts';
+import {
+  policySchema,
+  policyServerSchema,
+  type Policy,
+  type PolicyServer,
+} from '../../api/v1alpha1.ts';
+import type { ProjectedPod, ProjectionStore } from '../projections/store.ts';
+import { queueLink } from './queue-ui.ts';
+
+export type CellState = 'Loaded' | 'Loading' | 'Failed' | 'Stale' | 'Missing';
+
+export interface Cell {
+  state: CellState;
+  /** What the replica said, or why its report could not be used. */
+  message?: string;
+}
+
+export interface ReplicaColumn {
+  pod: string;
+  ready: boolean;
+  terminating: boolean;
+  /** Set when the pod's report is unreadable: every cell of the column is Failed with it. */
+  reportError?: string;
+}
+
+export interface PolicyRow {
+  name: string;
+  generation: number;
+  /** `N/M` as the policy function last wrote it. */
+  ready: string;
+  summary: string;
+  cells: Cell[];
+}
+
+export interface ServerSection {
+  name: string;
+  ready: string;
+  summary: string;
+  replicas: ReplicaColumn[];
+  policies: PolicyRow[];
+}
+
+export interface StatusModel {
+  servers: ServerSection[];
+  /** Policies naming a server that does not exist (yet). */
+  orphans: { name: string; server: string; summary: string }[];
+  /** Projections that failed schema validation, by name. */
+  invalid: string[];
+}
+
+const isPodReady = (pod: Pod) =>
+  pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+
+/** What one replica says about one policy, judged against the policy's current generation. */
+export function cellFor(reading: ReportReading, policy: string, generation: number): Cell {
+  const report = policyReport(reading, policy);
+  if (report.kind === 'absent') return { state: 'Missing', message: 'no report yet' };
+  if (report.kind === 'invalid') return { state: 'Failed', message: report.reason };
+  const entry = report.entry;
+  if (!entry) return { state: 'Missing', message: 'not in report' };
+  if (entry.generation !== generation)
+    return {
+      state: 'Stale',
+      message: `reported generation ${entry.generation}, current ${generation}`,
+    };
+  return entry.message ? { state: entry.state, message: entry.message } : { state: entry.state };
+}
+
+const summaryOf = (obj: Policy | PolicyServer) =>
+  obj.status?.summary ??
+  (obj.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True'
+    ? 'Ready'
+    : 'Unknown');
+
+/** Builds the page's model from raw projections. Pure. */
+export function statusModel(
+  rawPolicies: unknown[],
+  rawServers: unknown[],
+  podsByServer: ReadonlyMap<string, readonly ProjectedPod[]>,
+): StatusModel {
+  const invalid: string[] = [];
+  const parseAll = <T extends { metadata: { name: string } }>(
+    raws: unknown[],
+    schema: { safeParse(v: unknown): { success: true; data: T } | { success: false } },
+  ): T[] =>
+    raws.flatMap((raw) => {
+      const parsed = schema.safeParse(raw);
+      if (parsed.success) return [parsed.data];
+      invalid.push((raw as { metadata?: { name?: string } } | null)?.metadata?.name ?? '(unnamed)');
+      return [];
+    });
+  const policies = parseAll<Policy>(rawPolicies, policySchema).sort((a, b) =>
+    a.metadata.name.localeCompare(b.metadata.name),
+  );
+  const servers = parseAll<PolicyServer>(rawServers, policyServerSchema).sort((a, b) =>
+    a.metadata.name.localeCompare(b.metadata.name),
+  );
+  const serverNames = new Set(servers.map((s) => s.metadata.name));
+
+  const sections = servers.map((server): ServerSection => {
+    const name = server.metadata.name;
+    const pods = [...(podsByServer.get(name) ?? [])].sort((a, b) =>
+      (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? ''),
+    );
+    const reports = pods.map((p) => p.report);
+    const replicas = pods.map((pod, i): ReplicaColumn => {
+      const report = reports[i]!;
+      return {
+        pod: pod.metadata?.name ?? '',
+        ready: isPodReady(pod),
+        terminating: Boolean(pod.metadata?.deletionTimestamp),
+        ...(report.kind === 'invalid' ? { reportError: report.reason } : {}),
+      };
+    });
+    const rows = policies
+      .filter((p) => p.spec.policyServer === name)
+      .map((p): PolicyRow => {
+        const generation = p.metadata.generation ?? 0;
+        return {
+          name: p.metadata.name,
+          generation,
+          ready:
+            p.status?.ready ??
+            `${p.status?.readyReplicas ?? 0}/${p.status?.replicas ?? server.spec.replicas ?? 0}`,
+          summary: summaryOf(p),
+          cells: reports.map((r) => cellFor(r, p.metadata.name, generation)),
+        };
+      });
+    return {
+      name,
+      ready:
+        server.status?.ready ?? `${server.status?.readyReplicas ?? 0}/${server.spec.replicas ?? 0}`,
+      summary: summaryOf(server),
+      replicas,
+      policies: rows,
+    };
+  });
+  const orphans = policies
+    .filter((p) => !serverNames.has(p.spec.policyServer))
+    .map((p) => ({ name: p.metadata.name, server: p.spec.policyServer, summary: summaryOf(p) }));
+  return { servers: sections, orphans, invalid };
+}
+
+/** Reads the projections: one HVALS per kind and one per server. */
+async function loadStatusModel(store: ProjectionStore): Promise<StatusModel> {
+  const [policies, servers] = await Promise.all([store.all('policy'), store.all('policyserver')]);
+  const names = servers
+    .map((s) => (s as { metadata?: { name?: string } }).metadata?.name)
+    .filter((n): n is string => Boolean(n));
+  const pods = new Map(
+    await Promise.all(names.map(async (n) => [n, await store.podsOf(n)] as const)),
+  );
+  return statusModel(policies, servers, pods);
+}
+
+const styles = `
+body{font:14px system-ui,sans-serif;margin:1.5rem;color:#222}
+h1{font-size:1.3rem}h2{font-size:1.1rem;margin-top:2rem}
+table{border-collapse:collapse;margin:.5rem 0}th,td{border:1px solid #ccc;padding:.3rem .6rem;text-align:left;vertical-align:top}
+th{background:#f4f4f4}.Loaded,.Ready{color:#17692c}.Loading,.Reconciling,.Stale{color:#8a6100}.Failed,.Stalled{color:#b00020;font-weight:600}
+.Missing,.Unknown{color:#777}.msg{display:block;font-weight:400;max-width:28rem;white-space:pre-wrap}small{color:#666}`;
+
+function cellHtml(cell: Cell): HtmlEscapedString | Promise<HtmlEscapedString> {
+  return html`<td class="${cell.state}" data-state="${cell.state}">
+    ${cell.state}${cell.message ? html`<span class="msg">${cell.message}</span>` : ''}
+  </td>`;
+}
+
+function serverHtml(s: ServerSection, queueName: string) {
+  const replicaHead = s.replicas.map(
+    (r) =>
+      html`<th>
+        ${r.pod}<br /><small
+          >${r.terminating ? 'terminating' : r.ready ? 'ready' : 'not ready'}${r.reportError ? ' · bad report' : ''}</small
+        >
+      </th>`,
+  );
+  const rows = s.policies.map(
+    (p) =>
+      html`<tr data-policy="${p.name}">
+        <th>${p.name} <small>gen ${p.generation}</small></th>
+        <td class="${p.summary}">${p.summary}</td>
+        <td>${p.ready}</td>
+        ${p.cells.map(cellHtml)}
+        <td>
+          <a href="${queueLink(queueName, p.summary === 'Stalled' ? 'failed' : 'latest')}">jobs</a>
+        </td>
+      </tr>`,
+  );
+  return html`<section data-server="${s.name}">
+    <h2>
+      PolicyServer ${s.name} <span class="${s.summary}">${s.summary}</span>
+      <small>READY ${s.ready}</small>
+    </h2>
+    ${s.replicas.length === 0 ? html`<p>No pods.</p>` : ''}
+    ${
+      s.policies.length === 0
+        ? html`<p>No policies.</p>`
+        : html`<table>
+            <thead>
+              <tr>
+                <th>policy</th>
+                <th>status</th>
+                <th>READY</th>
+                ${replicaHead}
+                <th>queue</th>
+              </tr>
+            </thead>
+            <tbody>
+              ${rows}
+            </tbody>
+          </table>`
+    }
+  </section>`;
+}
+
+export function renderStatusPage(
+  model: StatusModel,
+  opts: { queueName: string; refreshSeconds: number; now: Date },
+) {
+  return html`<!doctype html>
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta http-equiv="refresh" content="${opts.refreshSeconds}" />
+        <title>rollcall status</title>
+        <style>
+          ${raw(styles)}
+        </style>
+      </head>
+      <body>
+        <h1>rollcall</h1>
+        <p>
+          <small
+            >as of ${opts.now.toISOString()} · refreshes every ${opts.refreshSeconds}s ·
+            <a href="${queueLink(opts.queueName, 'latest')}">queue</a> ·
+            <a href="/metrics">metrics</a></small
+          >
+        </p>
+        ${model.servers.length === 0 ? html`<p>No PolicyServers.</p>` : model.servers.map((s) => serverHtml(s, opts.queueName))}
+        ${
+          model.orphans.length
+            ? html`<h2>Policies without a server</h2>
+                <ul>
+                  ${model.orphans.map((o) => html`<li>${o.name} → ${o.server} (<span class="${o.summary}">${o.summary}</span>)</li>`)}
+                </ul>`
+            : ''
+        }
+        ${model.invalid.length ? html`<p class="Failed">Unreadable projections: ${model.invalid.join(', ')}</p>` : ''}
+      </body>
+    </html>`;
+}
+
+export function mountStatusPage(
+  app: Hono,
+  store: ProjectionStore,
+  queueName: string,
+  refreshSeconds = 5,
+): void {
+  app.get('/', async (c) => {
+    if (!(await store.isSynced()))
+      return c.text('projections not synced yet (is the watcher leading?)', 503);
+    const model = await loadStatusModel(store);
+    return c.html(renderStatusPage(model, { queueName, refreshSeconds, now: new Date() }));
+  });
+}
