@@ -106,3 +106,8 @@ export function isTerminating(meta: ObjectMeta | undefined): boolean {
   const ts = meta?.deletionTimestamp;
   return ts !== undefined && ts !== null && ts !== '';
 }
+
+/** True when the pod's Ready condition is True: the one reading of readiness every role uses. */
+export function isPodReady(pod: Pick<Pod, 'status'> | undefined): boolean {
+  return pod?.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+}

@@ -30,3 +30,13 @@ export function errorText(err: unknown): string {
   if (!(err instanceof Error)) return String(err);
   return err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message;
 }
+
+/** The object (or its namespace) does not exist: 404. */
+export function isNotFound(err: unknown): boolean {
+  return statusCodeOf(err) === 404;
+}
+
+/** A write lost a race (resourceVersion precondition, create of an existing name): 409. */
+export function isConflict(err: unknown): boolean {
+  return statusCodeOf(err) === 409;
+}
