@@ -45,6 +45,21 @@ export const MAX_REPORTED_FAILURES = 10;
 export const DEFAULT_POLICY_SERVER_IMAGE = 'rollcall:0.1.0';
 /** Where a policy-server pod mounts its serving certificate Secret (tls.crt, tls.key, ca.crt). */
 export const POLICY_SERVER_TLS_DIR = '/var/run/rollcall/tls';
+/** The port a policy-server container serves HTTPS on: admission, probes and metrics. */
+export const POLICY_SERVER_CONTAINER_PORT = 8443;
+/** A policy server answers 200 here once it can serve admission reviews. */
+export const POLICY_SERVER_READINESS_PATH = '/readyz';
+/** rollcall's policy server answers 200 here while its process is healthy. */
+export const POLICY_SERVER_LIVENESS_PATH = '/healthz';
+/**
+ * The environment rollcall gives a policy-server pod (its PolicyServer, and its own name and
+ * namespace from the downward API), read by `rollcall policy-server` where no flag says.
+ */
+export const POLICY_SERVER_ENV = {
+  server: 'POLICY_SERVER',
+  pod: 'POD_NAME',
+  namespace: 'POD_NAMESPACE',
+} as const;
 
 /** PolicyRevisions carry the Policy's name in this label (and POLICY_SERVER_LABEL). */
 export const REVISION_LABEL_POLICY = POLICY_LABEL;
@@ -59,16 +74,4 @@ export function revisionName(policy: string, generation: number): string {
 /** The ValidatingWebhookConfiguration of a Policy. */
 export function webhookConfigurationName(policy: string): string {
   return `rollcall-${policy}`;
-}
-
-/** The policy server's admission path for one generation of one Policy. */
-export function webhookPath(policy: string, generation: number): string {
-  return `/validate/${policy}/${generation}`;
-}
-
-/** The inverse of webhookPath; undefined for any other path. */
-export function parseWebhookPath(path: string): { policy: string; generation: number } | undefined {
-  const match = /^\/validate\/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)\/([1-9][0-9]{0,15})$/.exec(path);
-  if (!match) return undefined;
-  return { policy: match[1]!, generation: Number(match[3]) };
 }

@@ -40,6 +40,11 @@ export type ReportReading =
   | { kind: 'valid'; report: ReplicaReport }
   | { kind: 'invalid'; reason: string };
 
+/** A report as its annotation value: the one encoding readReplicaReport reads back. */
+export function encodeReplicaReport(report: ReplicaReport): string {
+  return JSON.stringify(report);
+}
+
 /** Reads a report annotation value; `undefined` means the pod has not reported yet. */
 export function readReplicaReport(annotation: string | undefined): ReportReading {
   if (annotation === undefined) return { kind: 'absent' };

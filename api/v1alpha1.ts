@@ -230,6 +230,21 @@ export const resourceRequirementsSchema = z.object({
 });
 export type ResourceRequirements = z.output<typeof resourceRequirementsSchema>;
 
+/**
+ * What the `spec.source` downloads of a server's Policies may reach. Absent or false: HTTPS
+ * to public addresses only. Every Policy that names the server gets the same allowance.
+ */
+export const policyServerSourcesSchema = z.object({
+  /** Plain `http://` URLs. A redirect from HTTPS to HTTP is never followed. */
+  allowInsecureHTTP: z.boolean().default(false),
+  /**
+   * Loopback and private addresses (127/8, 10/8, 172.16/12, 192.168/16, 100.64/10, ::1,
+   * fc00::/7). Link-local addresses (169.254/16, fe80::/10: cloud metadata) stay refused.
+   */
+  allowPrivateDestinations: z.boolean().default(false),
+});
+export type PolicyServerSources = z.output<typeof policyServerSourcesSchema>;
+
 export const policyServerSpecSchema = z.object({
   /** Absent: rollcall's own image (DEFAULT_POLICY_SERVER_IMAGE) running `rollcall policy-server`. */
   image: z.string().min(1).optional(),
@@ -244,6 +259,7 @@ export const policyServerSpecSchema = z.object({
   progressDeadlineSeconds: z.int().min(1).default(600),
   env: z.array(envVarSchema).optional(),
   resources: resourceRequirementsSchema.optional(),
+  sources: policyServerSourcesSchema.optional(),
 });
 export type PolicyServerSpec = z.output<typeof policyServerSpecSchema>;
 

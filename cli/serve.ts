@@ -58,8 +58,9 @@ of a PolicyServer it writes the rollcall.dev/policies report, driven by each pol
 A PolicyServer whose image is sim://never-ready gets pods that never become Ready.
 
 With --tls-cert-file and --tls-key-file it also answers AdmissionReview v1 requests for every
-policy on https://127.0.0.1:PORT/validate/<policy> (--admission-port, default 8443): register
-webhooks there with \`rollcall run --webhook-url https://127.0.0.1:PORT --webhook-ca-file CA\`.
+policy on https://127.0.0.1:PORT/validate/<policy>/<generation> (--admission-port, default
+8443): register webhooks there with
+\`rollcall run --webhook-url https://127.0.0.1:PORT --webhook-ca-file CA\`.
 `;
 
 export async function runSim(argv: readonly string[], io: StatusIo): Promise<number> {

@@ -5,11 +5,11 @@
  * Exit codes: 0 when every object is Current, 1 when any is not, 2 when the input
  * cannot be read (the message names the document, e.g. "document 3 of app.yaml: ...").
  */
-import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 import { computeStatus } from '../lib/kstatus/compute.ts';
 import { isObject } from '../lib/kstatus/fields.ts';
 import type { KStatusResult } from '../lib/kstatus/types.ts';
+import { outputFormat, readCommandLine } from './command-line.ts';
 
 /** The process boundary, injected so tests need no subprocess. */
 export interface StatusIo {
@@ -41,32 +41,26 @@ Exit codes: 0 all Current, 1 some not Current, 2 unreadable input.
 class InputError extends Error {}
 
 export async function runStatus(argv: readonly string[], io: StatusIo): Promise<number> {
-  let files: string[];
-  let output: string;
-  try {
-    const { values } = parseArgs({
-      args: [...argv],
+  const line = readCommandLine(
+    argv,
+    io,
+    {
+      name: 'status',
+      usage: STATUS_USAGE,
       options: {
         filename: { type: 'string', short: 'f', multiple: true },
         output: { type: 'string', short: 'o', default: 'table' },
-        help: { type: 'boolean', short: 'h' },
       },
-      strict: true,
-      allowPositionals: false,
-    });
-    if (values.help) {
-      io.stdout(STATUS_USAGE);
-      return 0;
-    }
-    files = values.filename ?? [];
-    output = values.output;
-    if (files.length === 0) throw new InputError('-f <file|-> is required');
-    if (output !== 'table' && output !== 'json')
-      throw new InputError(`-o must be table or json, not "${output}"`);
-  } catch (error) {
-    io.stderr(`rollcall status: ${errorMessage(error)}\n\n${STATUS_USAGE}`);
-    return 2;
-  }
+      positionals: false,
+    },
+    ({ values }) => {
+      const files = values.filename ?? [];
+      if (files.length === 0) throw new InputError('-f <file|-> is required');
+      return { files, output: outputFormat(values.output, ['table', 'json']) };
+    },
+  );
+  if ('exit' in line) return line.exit;
+  const { files, output } = line.args;
 
   const results: ObjectStatus[] = [];
   try {

@@ -55,6 +55,19 @@ export interface Config {
   tlsPropagationDelayMs: number;
 }
 
+const HOUR_MS = 3_600_000;
+const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: HOUR_MS };
+/** The webhook CA's validity when --ca-validity is not given: 5 years. */
+export const DEFAULT_CA_VALIDITY_MS = 43_800 * HOUR_MS;
+/** A serving certificate's validity when --serving-cert-validity is not given: a year. */
+export const DEFAULT_SERVING_CERT_VALIDITY_MS = 8_760 * HOUR_MS;
+/**
+ * Time for a new CA bundle to reach the API server and a new certificate the pods' files, when
+ * --tls-propagation-delay is not given: kubelets update a mounted Secret within about a minute
+ * and a half by default.
+ */
+export const DEFAULT_TLS_PROPAGATION_DELAY_MS = 3 * 60_000;
+
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }
@@ -111,9 +124,9 @@ export const configHelp = `options (flag, then environment variable, then defaul
   --ui-allow-actions     let the queue UI retry/clean jobs (read-only by default)
   --no-coalesce          one run per event, for benchmarks (ROLLCALL_COALESCE=false)
   --policy-server-image I  image of PolicyServers without spec.image (ROLLCALL_POLICY_SERVER_IMAGE, ${DEFAULT_POLICY_SERVER_IMAGE})
-  --ca-validity D        validity of the webhook CA rollcall creates, e.g. 43800h (ROLLCALL_CA_VALIDITY, 43800h = 5 years)
-  --serving-cert-validity D  validity of the serving certificates it issues, e.g. 8760h, 90s (ROLLCALL_SERVING_CERT_VALIDITY, 8760h)
-  --tls-propagation-delay D  how long a CA rotation waits for webhooks and mounted Secrets to update (ROLLCALL_TLS_PROPAGATION_DELAY, 3m)`;
+  --ca-validity D        validity of the webhook CA rollcall creates, e.g. 43800h (ROLLCALL_CA_VALIDITY, ${formatDuration(DEFAULT_CA_VALIDITY_MS)} = 5 years)
+  --serving-cert-validity D  validity of the serving certificates it issues, e.g. 8760h, 90s (ROLLCALL_SERVING_CERT_VALIDITY, ${formatDuration(DEFAULT_SERVING_CERT_VALIDITY_MS)})
+  --tls-propagation-delay D  how long a CA rotation waits for webhooks and mounted Secrets to update (ROLLCALL_TLS_PROPAGATION_DELAY, ${formatDuration(DEFAULT_TLS_PROPAGATION_DELAY_MS)})`;
 
 /** A namespace's name: a DNS-1123 label. */
 const NAMESPACE_NAME = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -135,8 +148,6 @@ export function parseNamespaceList(text: string): string[] {
   return [...new Set(names)];
 }
 
-const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
-
 /**
  * A Go-style duration (`8760h`, `30s`, `1h30m`, `1.5h`, `500ms`) in milliseconds, or undefined
  * when the text is not one. Days are not a unit, as in Go: say `720h`.
@@ -147,6 +158,14 @@ export function parseDuration(text: string): number | undefined {
   for (const [, amount, unit] of text.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h)/g))
     ms += Number(amount) * DURATION_UNITS_MS[unit!]!;
   return Math.round(ms);
+}
+
+/** Whole milliseconds as parseDuration reads them, in the largest unit that fits: `43800h`, `3m`. */
+export function formatDuration(ms: number): string {
+  const [unit, size] = Object.entries(DURATION_UNITS_MS)
+    .sort(([, a], [, b]) => b - a)
+    .find(([, size]) => ms % size === 0)!;
+  return `${ms / size}${unit}`;
 }
 
 export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
@@ -196,8 +215,8 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     if (err instanceof RedisUrlError) throw new ConfigError(err.message);
     throw err;
   }
-  const duration = (flag: string, envName: string, fallback: string, minMs: number): number => {
-    const raw = str(flag, envName, fallback)!;
+  const duration = (flag: string, envName: string, fallbackMs: number, minMs: number): number => {
+    const raw = str(flag, envName, formatDuration(fallbackMs))!;
     const ms = parseDuration(raw);
     if (ms === undefined || ms < minMs)
       throw new ConfigError(
@@ -247,18 +266,17 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
       DEFAULT_POLICY_SERVER_IMAGE,
     )!,
     // Certificates shorter than a few seconds would be re-issued faster than pods reload them.
-    caValidityMs: duration('ca-validity', 'ROLLCALL_CA_VALIDITY', '43800h', 10_000),
+    caValidityMs: duration('ca-validity', 'ROLLCALL_CA_VALIDITY', DEFAULT_CA_VALIDITY_MS, 10_000),
     servingCertValidityMs: duration(
       'serving-cert-validity',
       'ROLLCALL_SERVING_CERT_VALIDITY',
-      '8760h',
+      DEFAULT_SERVING_CERT_VALIDITY_MS,
       3_000,
     ),
-    // kubelets update a mounted Secret within about a minute and a half by default.
     tlsPropagationDelayMs: duration(
       'tls-propagation-delay',
       'ROLLCALL_TLS_PROPAGATION_DELAY',
-      '3m',
+      DEFAULT_TLS_PROPAGATION_DELAY_MS,
       1_000,
     ),
   };

@@ -1,14 +1,10 @@
 // The roles rollcall runs as: watcher, worker, or both in one process (`rollcall run`).
-// Each is a thin shell wiring the pure functions to Kubernetes, Redis and HTTP.
-import { readFileSync } from 'node:fs';
+// Each is a thin shell wiring the pure functions to Kubernetes, Redis and HTTP; the worker's
+// handlers and their context are worker.ts's.
 import type { Logger } from 'pino';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { EventRecorder } from './functions/event-recorder.ts';
+import { Registry, collectDefaultMetrics } from 'prom-client';
 import { functions } from './functions/index.ts';
-import type { KubeWriter } from './functions/kube-writer.ts';
-import { certificateExpiryGauge } from './functions/policyserver-metrics.ts';
 import { errorText } from '../lib/kube/errors.ts';
-import type { FunctionContext } from './functions/types.ts';
 import { loadApiTarget } from '../lib/kube/api.ts';
 import { ProjectionStore } from './projections/store.ts';
 import {
@@ -16,87 +12,19 @@ import {
   isReplicated,
   QueueMetrics,
   RedisPrimaryTracker,
-  runWorker,
   WorkQueue,
-  type Handler,
-  type RunningWorker,
+  type RedisClient,
 } from './queue/index.ts';
 import { startHttpServer, type HttpServer, type Readiness } from './http/http.ts';
 import { mountUis } from './http/ui.ts';
 import { Watcher } from './watcher/watcher.ts';
+import { startWorker, type StartedWorker } from './worker.ts';
+import { kubeRequestCounter } from './worker-metrics.ts';
 import type { Config } from './config.ts';
 import { createLogger } from '../lib/logger.ts';
 import { releaseAfterBursts } from '../lib/release-memory.ts';
 
 export type Role = 'watcher' | 'worker';
-
-/** Counts Kubernetes API writes by verb and HTTP status code (0: no response). */
-function kubeRequestCounter(registry: Registry): (verb: string, code: number) => void {
-  const counter = new Counter({
-    name: 'rollcall_kube_requests_total',
-    help: 'Kubernetes API write requests made by worker functions, by verb and HTTP status code (0: no response)',
-    labelNames: ['verb', 'code'],
-    registers: [registry],
-  });
-  return (verb, code) => counter.inc({ verb, code: String(code) });
-}
-
-/** Times the stages of function runs (read, compute, write), for the latency breakdown. */
-function stageTimer(registry: Registry): (fn: string) => FunctionContext['timed'] {
-  const histogram = new Histogram({
-    name: 'rollcall_function_stage_seconds',
-    help: 'Time a function run spends reading projections, computing, and writing to the API',
-    labelNames: ['function', 'stage'],
-    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
-    registers: [registry],
-  });
-  return (fn) => async (stage, run) => {
-    const end = histogram.startTimer({ function: fn, stage });
-    try {
-      return await run();
-    } finally {
-      end();
-    }
-  };
-}
-
-/**
- * The worker's background Event writer (control-plane/functions/event-recorder.ts), its backlog and drops on
- * /metrics. Made by the first run, with that run's KubeWriter: the write gate is the process's.
- */
-function backgroundEvents(registry: Registry, logger: Logger) {
-  let recorder: EventRecorder | undefined;
-  const dropped = new Counter({
-    name: 'rollcall_events_dropped_total',
-    help: 'Policy Events dropped because the backlog of Events to write was full',
-    registers: [registry],
-  });
-  new Gauge({
-    name: 'rollcall_events_pending',
-    help: 'Policy Events waiting to be written or being written',
-    registers: [registry],
-    collect() {
-      this.set(recorder?.pending ?? 0);
-    },
-  });
-  return {
-    of: (kube: KubeWriter): EventRecorder =>
-      (recorder ??= new EventRecorder({
-        write: ({ regarding, event, at }) => kube.event(regarding, event, at),
-        failed: ({ regarding, event }, err) =>
-          logger.warn(
-            { err, regarding: regarding.name, reason: event.reason },
-            'could not write Event',
-          ),
-        dropped: (_, first) => {
-          dropped.inc();
-          if (first)
-            logger.warn('too many Events to write: dropping new ones until they are written');
-        },
-      })),
-    drain: async (ms: number) => recorder?.drain(ms),
-  };
-}
 
 /** client-node's KubeConfig (one, shared by every user in the process) and what writes with it. */
 async function loadClientNode(kubeconfig: string | undefined) {
@@ -209,67 +137,18 @@ export async function startRoles(
     watcher.start();
   }
 
-  let worker: RunningWorker | undefined;
-  let store: ProjectionStore | undefined;
+  let worker: StartedWorker | undefined;
   if (roles.includes('worker')) {
     const { kc, KubeWriter } = await clientNode();
-    const storeRedis = createRedis(config.redisUrl, 'worker');
-    storeRedis.on('error', (err) => logger.warn({ err: err.message }, 'redis (projections) error'));
-    const projections = new ProjectionStore(storeRedis);
-    store = projections;
-    certificateExpiryGauge(registry, projections);
-    const webhookCaBundle = config.webhookCaFile
-      ? readFileSync(config.webhookCaFile).toString('base64')
-      : undefined;
-    const handlers: Record<string, Handler> = {};
-    const timedFor = stageTimer(registry);
-    const recorder = backgroundEvents(registry, logger.child({ role: 'worker' }));
-    for (const fn of functions) {
-      const timed = timedFor(fn.name);
-      handlers[fn.name] = (_key, ctx) => {
-        memory.noteWork(1);
-        const kube = new KubeWriter(kc, ctx.writeGate, recordRequest);
-        const fctx: FunctionContext = {
-          ...ctx,
-          store: projections,
-          kube,
-          events: recorder.of(kube),
-          config: {
-            namespace: config.namespace,
-            webhookUrl: config.webhookUrl,
-            webhookCaBundle,
-            protectedNamespaces: config.protectedNamespaces,
-            policyServerImage: config.policyServerImage,
-            caValidityMs: config.caValidityMs,
-            servingCertValidityMs: config.servingCertValidityMs,
-            tlsPropagationDelayMs: config.tlsPropagationDelayMs,
-          },
-          now: () => new Date(),
-          enqueue: async (keys) => void (await queue.enqueueMany(keys)),
-          timed,
-        };
-        return fn.handle(ctx.object.name, fctx);
-      };
-    }
-    worker = await runWorker({
-      connection: config.redisUrl,
-      handlers,
-      concurrency: config.concurrency,
-      lockDurationMs: config.jobLockMs,
-      rateLimit: { ratePerSecond: config.writeRate, burst: config.writeBurst },
-      logger: logger.child({ role: 'worker' }),
-      metrics: queueMetrics,
-      handleSignals: false,
-      afterJobs: () => recorder.drain(3000), // inside the pod's 30 s, after the jobs' 25
-    });
-    const window = worker.limiter.window;
-    new Gauge({
-      name: 'rollcall_kube_write_window',
-      help: 'Writes to the Kubernetes API this worker sends at once, narrowed by 429s (+Inf: no limit)',
-      registers: [registry],
-      collect() {
-        this.set(window.size);
-      },
+    worker = await startWorker({
+      config,
+      functions,
+      queue,
+      registry,
+      queueMetrics,
+      logger,
+      kubeWriter: (gate) => new KubeWriter(kc, gate, recordRequest),
+      noteWork: memory.noteWork,
     });
   }
 
@@ -278,7 +157,7 @@ export async function startRoles(
     localOnly: config.uiLocalOnly,
     readOnly: config.uiReadOnly,
   };
-  const pageStore = store ?? new ProjectionStore(producer);
+  const pageStore = worker?.store ?? new ProjectionStore(producer);
   const http = await startHttpServer({
     port: config.port,
     registry,
@@ -291,34 +170,42 @@ export async function startRoles(
   return {
     http,
     async stop() {
-      // Each step is bounded: a dependency that hangs (a Redis that came back mid-command)
-      // must not keep a terminating pod alive until the kubelet's SIGKILL.
-      let stuck = false;
-      const step = async (what: string, fn: () => Promise<unknown>, ms = 5000) => {
-        const started = Date.now();
-        const done = await bounded(
-          fn().then(() => true),
-          ms,
-        );
-        logger.debug(
-          { step: what, ms: Date.now() - started },
-          done ? 'stopped' : 'gave up waiting',
-        );
-        if (!done)
-          logger.warn({ step: what, ms }, 'shutdown step did not finish in time; going on');
-        stuck ||= !done;
-      };
       primary?.stop();
       memory.stop();
-      await step('http', () => http.close());
-      await step('watcher', async () => watcher?.stop());
-      await step('worker', async () => worker?.close(), 30_000); // includes the jobs' grace period
-      await step('queue', () => queue.close());
-      for (const redis of [producer, store?.redis])
-        await step('redis', async () => redis?.quit().catch(() => redis.disconnect()), 2000);
-      // A stuck step may leave a socket holding the event loop open. The timer is unref'd: it
-      // fires only if something still keeps the process alive once the caller has returned.
-      if (stuck) setTimeout(() => process.exit(process.exitCode ?? 0), 2000).unref();
+      await stopInOrder(logger, [
+        ['http', () => http.close()],
+        ['watcher', async () => watcher?.stop()],
+        ['worker', async () => worker?.worker.close(), 30_000], // includes the jobs' grace period
+        ['queue', () => queue.close()],
+        ...[producer, worker?.store.redis].map((redis): Step => ['redis', quit(redis), 2000]),
+      ]);
     },
   };
+}
+
+/** A shutdown step: what it stops, how, and how long it may take (default 5 s). */
+type Step = [what: string, stop: () => Promise<unknown>, ms?: number];
+
+const quit = (redis: RedisClient | undefined) => async () =>
+  redis?.quit().catch(() => redis.disconnect());
+
+/**
+ * Runs the steps one after the other, each bounded: a dependency that hangs (a Redis that came
+ * back mid-command) must not keep a terminating pod alive until the kubelet's SIGKILL.
+ */
+async function stopInOrder(logger: Logger, steps: readonly Step[]): Promise<void> {
+  let stuck = false;
+  for (const [what, stop, ms = 5000] of steps) {
+    const started = Date.now();
+    const done = await bounded(
+      stop().then(() => true),
+      ms,
+    );
+    logger.debug({ step: what, ms: Date.now() - started }, done ? 'stopped' : 'gave up waiting');
+    if (!done) logger.warn({ step: what, ms }, 'shutdown step did not finish in time; going on');
+    stuck ||= !done;
+  }
+  // A stuck step may leave a socket holding the event loop open. The timer is unref'd: it
+  // fires only if something still keeps the process alive once the caller has returned.
+  if (stuck) setTimeout(() => process.exit(process.exitCode ?? 0), 2000).unref();
 }

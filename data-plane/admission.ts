@@ -47,16 +47,6 @@ export interface AdmissionResult {
   path?: EvaluationPath;
 }
 
-const PATH = /^\/validate\/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)\/([1-9][0-9]{0,17})$/;
-
-/** The policy and generation of an admission path, or undefined. */
-export function parseValidatePath(
-  path: string,
-): { policy: string; generation: number } | undefined {
-  const m = PATH.exec(path);
-  return m ? { policy: m[1]!, generation: Number(m[3]) } : undefined;
-}
-
 /** A Namespace's JSON, written once per version of it (the watch replaces the object on change). */
 const namespaceTexts = new WeakMap<object, string>();
 function namespaceJson(namespace: unknown): string | null {

@@ -2,7 +2,12 @@
 // argv and env in, a validated config (or an error an operator can act on) out. A later flag
 // overrides an earlier one, so the local node agent can append `--address=127.0.0.1 --port=N`.
 import { parseArgs } from 'node:util';
-import { POLICY_SERVER_TLS_DIR } from '../api/constants.ts';
+import {
+  POLICY_SERVER_CONTAINER_PORT,
+  POLICY_SERVER_ENV,
+  POLICY_SERVER_TLS_DIR,
+} from '../api/constants.ts';
+import type { PolicyServerSources } from '../api/v1alpha1.ts';
 import { DEFAULT_INGRESS_LIMITS } from './https-server.ts';
 import { INLINE_MAX_BODY_BYTES } from './inline.ts';
 
@@ -39,6 +44,8 @@ export interface PolicyServerConfig {
   maxInFlight: number;
   /** A TLS handshake not finished within this many seconds is dropped. */
   tlsHandshakeTimeoutSeconds: number;
+  /** What spec.source downloads may reach: the PolicyServer's spec.sources, as flags. */
+  sources: PolicyServerSources;
 }
 
 export class PolicyServerConfigError extends Error {
@@ -61,6 +68,8 @@ const flags = {
   'max-connections': { type: 'string' },
   'max-in-flight': { type: 'string' },
   'tls-handshake-timeout-seconds': { type: 'string' },
+  'sources-allow-insecure-http': { type: 'boolean' },
+  'sources-allow-private-destinations': { type: 'boolean' },
 } as const;
 
 const limits = DEFAULT_INGRESS_LIMITS;
@@ -72,13 +81,13 @@ what it loaded on its own pod (annotation rollcall.dev/policies) and answers Adm
 over HTTPS on POST /validate/<policy>/<generation>; GET /readyz, /healthz, /metrics.
 
 options (flag, then environment variable, then default; a later flag wins):
-  --port N            HTTPS port (PORT, 8443)
+  --port N            HTTPS port (PORT, ${POLICY_SERVER_CONTAINER_PORT})
   --address IP        interface to bind (0.0.0.0)
   --tls-dir DIR       tls.crt and tls.key, reloaded when they change (ROLLCALL_TLS_DIR, ${POLICY_SERVER_TLS_DIR})
   --kubeconfig PATH   (KUBECONFIG, else in-cluster config)
-  --server NAME       the PolicyServer this replica serves (POLICY_SERVER, required)
-  --pod NAME          this pod, which carries the report (POD_NAME, required)
-  --namespace NS      this pod's namespace (POD_NAMESPACE, rollcall-system)
+  --server NAME       the PolicyServer this replica serves (${POLICY_SERVER_ENV.server}, required)
+  --pod NAME          this pod, which carries the report (${POLICY_SERVER_ENV.pod}, required)
+  --namespace NS      this pod's namespace (${POLICY_SERVER_ENV.namespace}, rollcall-system)
   --workers N         evaluation threads kept warm (ROLLCALL_WORKERS, 2)
   --max-workers N     evaluation threads at most, while some are busy (ROLLCALL_MAX_WORKERS, 8)
   --inline-max-bytes N  largest request evaluated on the main thread when its policy's cost
@@ -92,6 +101,9 @@ options (flag, then environment variable, then default; a later flag wins):
                       failurePolicy, saying the server is overloaded (ROLLCALL_MAX_IN_FLIGHT, ${limits.maxInFlight})
   --tls-handshake-timeout-seconds N  a connection whose TLS handshake has not finished by
                       then is dropped (ROLLCALL_TLS_HANDSHAKE_TIMEOUT_SECONDS, ${limits.tlsHandshakeTimeoutMs / 1000})
+  --sources-allow-insecure-http  spec.source may be a plain http:// URL (off: HTTPS only)
+  --sources-allow-private-destinations  spec.source may reach loopback and private addresses
+                      (off: public only; link-local such as 169.254.169.254 never)
   --log-level L       pino level (LOG_LEVEL, info)`;
 
 /** Parses argv and env; throws a PolicyServerConfigError that says what to fix. */
@@ -135,8 +147,12 @@ export function parsePolicyServerConfig(
       );
     return v;
   };
-  const server = required('server', 'POLICY_SERVER', 'the PolicyServer this replica serves');
-  const pod = required('pod', 'POD_NAME', 'this replica’s pod');
+  const server = required(
+    'server',
+    POLICY_SERVER_ENV.server,
+    'the PolicyServer this replica serves',
+  );
+  const pod = required('pod', POLICY_SERVER_ENV.pod, 'this replica’s pod');
   const workers = int('workers', 'ROLLCALL_WORKERS', 2, 1, 64);
   const maxWorkers = int('max-workers', 'ROLLCALL_MAX_WORKERS', Math.max(8, workers), 1, 256);
   if (maxWorkers < workers)
@@ -151,13 +167,13 @@ export function parsePolicyServerConfig(
     256 * 1024 * 1024,
   );
   return {
-    port: int('port', 'PORT', 8443, 0, 65535),
+    port: int('port', 'PORT', POLICY_SERVER_CONTAINER_PORT, 0, 65535),
     address: str('address', undefined, '0.0.0.0')!,
     tlsDir: str('tls-dir', 'ROLLCALL_TLS_DIR', POLICY_SERVER_TLS_DIR)!,
     kubeconfig: str('kubeconfig', 'KUBECONFIG'),
     server,
     pod,
-    namespace: str('namespace', 'POD_NAMESPACE', 'rollcall-system')!,
+    namespace: str('namespace', POLICY_SERVER_ENV.namespace, 'rollcall-system')!,
     logLevel: str('log-level', 'LOG_LEVEL', 'info')!,
     workers,
     maxWorkers,
@@ -184,5 +200,9 @@ export function parsePolicyServerConfig(
       1,
       120,
     ),
+    sources: {
+      allowInsecureHTTP: Boolean(values['sources-allow-insecure-http']),
+      allowPrivateDestinations: Boolean(values['sources-allow-private-destinations']),
+    },
   };
 }

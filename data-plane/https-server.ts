@@ -8,9 +8,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import { Socket } from 'node:net';
 import type { Logger } from 'pino';
+import { POLICY_SERVER_LIVENESS_PATH, POLICY_SERVER_READINESS_PATH } from '../api/constants.ts';
+import { parseWebhookPath } from '../api/webhook-path.ts';
 import {
   DEFAULT_MAX_REVIEW_BYTES,
-  parseValidatePath,
   review,
   type AdmissionDeps,
   type AdmissionResult,
@@ -241,8 +242,9 @@ async function handle(
   ingress: Ingress,
 ): Promise<void> {
   const path = (req.url ?? '/').split('?')[0]!;
-  if (req.method === 'GET' && path === '/healthz') return sendText(res, 200, 'ok\n');
-  if (req.method === 'GET' && path === '/readyz') {
+  if (req.method === 'GET' && path === POLICY_SERVER_LIVENESS_PATH)
+    return sendText(res, 200, 'ok\n');
+  if (req.method === 'GET' && path === POLICY_SERVER_READINESS_PATH) {
     const r = options.readiness();
     return sendText(res, r.ready ? 200 : 503, `${r.ready ? 'ok' : 'not ready'}: ${r.detail}\n`);
   }
@@ -252,7 +254,7 @@ async function handle(
     res.end(await registry.metrics());
     return;
   }
-  const target = parseValidatePath(path);
+  const target = parseWebhookPath(path);
   if (!target) return send(res, 404, { error: 'expected POST /validate/<policy>/<generation>' });
   if (req.method !== 'POST') return send(res, 405, { error: 'use POST' });
 

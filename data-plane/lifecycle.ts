@@ -9,18 +9,16 @@
  * loads or is broken. Each needed pair goes Loading → Loaded | Failed.
  */
 import { z } from 'zod';
-import { revisionName } from '../api/constants.ts';
+import { REPORT_MESSAGE_MAX_CHARS, revisionName } from '../api/constants.ts';
+import type { ReplicaReport, ReportEntry } from '../api/report.ts';
 import { policyRevisionSpecSchema, policySpecSchema, type PolicySpec } from '../api/v1alpha1.ts';
 
 /** `uid/generation`: one loadable unit. A Policy deleted and created again has another uid. */
 export type LoadKey = string;
 export const loadKey = (uid: string, generation: number): LoadKey => `${uid}/${generation}`;
 
-/** Longest message a report entry carries (REPORT_MESSAGE_MAX_CHARS in the report contract). */
-export const MESSAGE_MAX_CHARS = 1024;
-
 /** Cuts a message to the report's limit, saying that it was cut. */
-export function clip(message: string, max = MESSAGE_MAX_CHARS): string {
+export function clip(message: string, max = REPORT_MESSAGE_MAX_CHARS): string {
   return message.length <= max ? message : `${message.slice(0, max - 1)}…`;
 }
 
@@ -247,15 +245,6 @@ export function planLoads(
   return plan;
 }
 
-/** One entry of the report contract v2. */
-export interface ReportEntry {
-  uid: string;
-  generation: number;
-  state: 'Loading' | 'Loaded' | 'Failed';
-  message?: string;
-  serving?: number;
-}
-
 /**
  * The replica report: one entry per Policy, for its current generation. A Failed current
  * generation carries `serving` when the served (older) generation is Loaded here: what this
@@ -264,8 +253,8 @@ export interface ReportEntry {
 export function buildReport(
   entries: readonly PolicyEntry[],
   states: ReadonlyMap<LoadKey, LoadState>,
-): Record<string, ReportEntry> {
-  const report: Record<string, ReportEntry> = {};
+): ReplicaReport {
+  const report: ReplicaReport = {};
   for (const e of entries) {
     const state = states.get(e.current.key) ?? { state: 'Loading', since: 0 };
     const entry: ReportEntry = { uid: e.uid, generation: e.generation, state: state.state };

@@ -62,7 +62,10 @@ export async function loadNeed(need: Need, deps: LoadDeps): Promise<LoadOutcome>
   if (spec.source) {
     let document: SourceDocument;
     try {
-      document = await (deps.fetch ?? fetchSource)(spec.source, { signal: deps.signal });
+      document = await (deps.fetch ?? fetchSource)(spec.source, {
+        signal: deps.signal,
+        policyServer: spec.policyServer,
+      });
     } catch (err) {
       const known = err instanceof SourceError;
       const message = known ? err.message : `spec.source: ${String(err)}`;

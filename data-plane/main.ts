@@ -4,6 +4,7 @@ import { setFlagsFromString } from 'node:v8';
 import { CoreV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { REPORT_ANNOTATION } from '../api/constants.ts';
 import { loadKubeConfig } from '../lib/kube/kube-config.ts';
+import type { Logger } from 'pino';
 import { createLogger } from '../lib/logger.ts';
 import {
   parsePolicyServerConfig,
@@ -19,6 +20,7 @@ import { PolicyServerMetrics } from './metrics.ts';
 import { NamespaceCache } from './namespaces.ts';
 import { EvaluationPool } from './pool.ts';
 import { Replica } from './replica.ts';
+import { fetchSource } from './source.ts';
 import { ReportPublisher } from './report-publisher.ts';
 import { TlsReloader } from './tls.ts';
 
@@ -47,58 +49,26 @@ export async function startPolicyServer(
   const metrics = new PolicyServerMetrics();
   const compile: Compile = compileWithinBudget;
 
-  const core = kc.makeApiClient(CoreV1Api);
-  const publisher = new ReportPublisher({
-    patch: async (value) => {
-      await core.patchNamespacedPod(
-        {
-          name: config.pod,
-          namespace: config.namespace,
-          body: { metadata: { annotations: { [REPORT_ANNOTATION]: value } } },
-        },
-        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-      );
-    },
-    onPublished: (value) => {
-      metrics.reportWrite('ok');
-      logger.debug({ report: value }, 'report published');
-    },
-    onError: (err, attempt) => {
-      metrics.reportWrite('error');
-      logger.warn(
-        { err: (err as Error).message, attempt, pod: `${config.namespace}/${config.pod}` },
-        'could not publish the report; retrying',
-      );
-    },
-  });
+  const publisher = reportPublisher(config, kc.makeApiClient(CoreV1Api), metrics, logger);
   const replica = new Replica({
     kc,
     server: config.server,
     logger,
     metrics,
-    load: { compile },
+    load: {
+      compile,
+      // This replica's own allowances, and its server's name in what it refuses.
+      fetch: (source, options) =>
+        fetchSource(source, {
+          ...options,
+          allowances: config.sources,
+          policyServer: config.server,
+        }),
+    },
     publish: (report) => publisher.publish(report),
   });
   const namespaces = new NamespaceCache({ kc, logger });
-  const pool = new EvaluationPool({
-    size: config.workers,
-    max: config.maxWorkers,
-    onWorkerLost: (reason, detail) => {
-      metrics.workerLost(reason);
-      logger.warn({ reason, detail }, 'evaluation thread replaced');
-    },
-  });
-  metrics.watchPool(() => pool.stats());
-  const inline = new InlineEvaluator({
-    maxBodyBytes: config.inlineMaxBytes,
-    onClassified: (key, bound) =>
-      logger.info(
-        bound.bounded ? { key, path: 'inline' } : { key, path: 'pool', reason: bound.reason },
-        bound.bounded
-          ? 'policy generation is bounded: small requests are evaluated inline'
-          : 'policy generation is not bounded: evaluated in the thread pool',
-      ),
-  });
+  const { pool, inline } = evaluators(config, metrics, logger);
   const https = await startHttpsServer({
     port: config.port,
     address: config.address,
@@ -154,6 +124,62 @@ export async function startPolicyServer(
       await pool.close();
     },
   };
+}
+
+/** Publishes this replica's report on its own pod, retrying until it lands. */
+function reportPublisher(
+  config: PolicyServerConfig,
+  core: CoreV1Api,
+  metrics: PolicyServerMetrics,
+  logger: Logger,
+): ReportPublisher {
+  return new ReportPublisher({
+    patch: async (value) => {
+      await core.patchNamespacedPod(
+        {
+          name: config.pod,
+          namespace: config.namespace,
+          body: { metadata: { annotations: { [REPORT_ANNOTATION]: value } } },
+        },
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
+    },
+    onPublished: (value) => {
+      metrics.reportWrite('ok');
+      logger.debug({ report: value }, 'report published');
+    },
+    onError: (err, attempt) => {
+      metrics.reportWrite('error');
+      logger.warn(
+        { err: (err as Error).message, attempt, pod: `${config.namespace}/${config.pod}` },
+        'could not publish the report; retrying',
+      );
+    },
+  });
+}
+
+/** The two ways a request is evaluated: inline on the main thread, or in the thread pool. */
+function evaluators(config: PolicyServerConfig, metrics: PolicyServerMetrics, logger: Logger) {
+  const pool = new EvaluationPool({
+    size: config.workers,
+    max: config.maxWorkers,
+    onWorkerLost: (reason, detail) => {
+      metrics.workerLost(reason);
+      logger.warn({ reason, detail }, 'evaluation thread replaced');
+    },
+  });
+  metrics.watchPool(() => pool.stats());
+  const inline = new InlineEvaluator({
+    maxBodyBytes: config.inlineMaxBytes,
+    onClassified: (key, bound) =>
+      logger.info(
+        bound.bounded ? { key, path: 'inline' } : { key, path: 'pool', reason: bound.reason },
+        bound.bounded
+          ? 'policy generation is bounded: small requests are evaluated inline'
+          : 'policy generation is not bounded: evaluated in the thread pool',
+      ),
+  });
+  return { pool, inline };
 }
 
 /** Resolves on the first SIGTERM or SIGINT. */

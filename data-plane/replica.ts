@@ -7,6 +7,7 @@
 import type { KubeConfig, KubernetesObject } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { POLICY_SERVER_LABEL } from '../api/constants.ts';
+import { encodeReplicaReport } from '../api/report.ts';
 import { backoffDelay, type BackoffOptions } from '../lib/backoff.ts';
 import { Reflector, type ReflectorMetrics, type ReflectorOptions } from '../lib/kube/reflector.ts';
 import {
@@ -127,7 +128,7 @@ export class Replica {
 
   /** The current report (what the pod's annotation should say). */
   report(): string {
-    return JSON.stringify(buildReport(this.#entries, this.#states));
+    return encodeReplicaReport(buildReport(this.#entries, this.#states));
   }
 
   #listFailures(watch: Watch): ReflectorMetrics {

@@ -1,6 +1,6 @@
 // Phase 8, fan-out cost: Redis commands per pod event for a server with few policies and
 // for one with many. New pods of a server may change every Policy of it; the watcher writes
-// the pod's projection and enqueues one `server/<name>` fan-out whatever their number. Only
+// the pod's projection and enqueues one `fan-out/<server>` key whatever their number. Only
 // this phase's watcher talks to Redis (no worker), so Redis' own command count is its cost.
 import { Redis } from 'ioredis';
 import { POLICY_SERVER_LABEL } from '../../api/constants.ts';

@@ -7,8 +7,8 @@
  * input or a policy that cannot be converted at all (a `source` or `module` policy, a VAP whose
  * param resource is missing).
  */
-import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
+import { readCommandLine, stringOptions } from '../command-line.ts';
 import type { StatusIo } from '../status.ts';
 import type { ConversionNote } from './convert.ts';
 import { vapToPolicies } from './convert-from-vap.ts';
@@ -38,39 +38,29 @@ policy that cannot be converted (spec.source, spec.module, a missing param resou
 `;
 
 export async function runConvert(argv: readonly string[], io: StatusIo): Promise<number> {
-  let direction: 'to' | 'from';
-  let file: string;
-  let policyServer: string | undefined;
-  try {
-    const { values, positionals } = parseArgs({
-      args: [...argv],
-      options: {
-        to: { type: 'string' },
-        from: { type: 'string' },
-        'policy-server': { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-      allowPositionals: true,
-    });
-    if (values.help) {
-      io.stdout(CONVERT_USAGE);
-      return 0;
-    }
-    if ((values.to === undefined) === (values.from === undefined))
-      throw new InputError('give either --to vap or --from vap');
-    const format = values.to ?? values.from;
-    if (format !== 'vap') throw new InputError(`the only format is vap, not "${format}"`);
-    direction = values.to !== undefined ? 'to' : 'from';
-    if (positionals.length !== 1) throw new InputError('give one FILE');
-    file = positionals[0] as string;
-    policyServer = values['policy-server'];
-    if (policyServer !== undefined && direction === 'to')
-      throw new InputError('--policy-server goes with --from vap');
-  } catch (error) {
-    io.stderr(`rollcall convert: ${(error as Error).message}\n\n${CONVERT_USAGE}`);
-    return 2;
-  }
+  const line = readCommandLine(
+    argv,
+    io,
+    {
+      name: 'convert',
+      usage: CONVERT_USAGE,
+      options: stringOptions('to', 'from', 'policy-server'),
+    },
+    ({ values, positionals }) => {
+      if ((values.to === undefined) === (values.from === undefined))
+        throw new InputError('give either --to vap or --from vap');
+      const format = values.to ?? values.from;
+      if (format !== 'vap') throw new InputError(`the only format is vap, not "${format}"`);
+      const direction: 'to' | 'from' = values.to !== undefined ? 'to' : 'from';
+      if (positionals.length !== 1) throw new InputError('give one FILE');
+      const policyServer = values['policy-server'];
+      if (policyServer !== undefined && direction === 'to')
+        throw new InputError('--policy-server goes with --from vap');
+      return { direction, file: positionals[0] as string, policyServer };
+    },
+  );
+  if ('exit' in line) return line.exit;
+  const { direction, file, policyServer } = line.args;
 
   let objects: Record<string, unknown>[];
   try {

@@ -4,53 +4,21 @@
  * and its param resource, when the file holds it, as `settings` (the whole object, so
  * `params.data.x` reads the same). A VAP converted from a Policy gets its `params` back.
  */
-import type { ASTNode } from '@marcbachmann/cel-js';
 import { API_VERSION } from '../../api/constants.ts';
 import { policySpecSchema, type LabelSelector } from '../../api/v1alpha1.ts';
-import {
-  excludedNamespaces,
-  NAMESPACE_NAME_LABEL,
-} from '../../control-plane/functions/webhook-core.ts';
+import { NAMESPACE_NAME_LABEL } from '../../control-plane/functions/webhook-core.ts';
 import { zodMessage } from '../../data-plane/lifecycle.ts';
+import { compilePolicy, compileWithinBudget, type PolicyCode } from '../../data-plane/cel/index.ts';
 import {
-  compilePolicy,
-  compileWithinBudget,
-  policyExpressions,
-  type PolicyCode,
-} from '../../data-plane/cel/index.ts';
-import {
-  isNode,
-  replaceRanges,
   SETTINGS_VARIABLE_ANNOTATION,
   VAP_API_VERSION,
+  variableToParams,
   type Conversion,
   type ConversionNote,
   type ConvertOptions,
 } from './convert.ts';
 import { isRecord } from './documents.ts';
-import { DEFAULT_ROLLCALL_NAMESPACE } from './match.ts';
-
-type Node = ASTNode;
-
-/** The ranges of `variables.<name>` (and `variables['<name>']`) in `root`. */
-function variableReads(root: Node, name: string): [number, number][] {
-  const found: [number, number][] = [];
-  const visit = (item: unknown): void => {
-    if (Array.isArray(item)) return item.forEach(visit);
-    if (!isNode(item)) return;
-    if (item.op === '.' || item.op === '[]') {
-      const [target, key] = item.args as [Node, unknown];
-      const keyName = isNode(key) ? (key.op === 'value' ? key.args : undefined) : key;
-      if (isNode(target) && target.op === 'id' && target.args === 'variables' && keyName === name) {
-        found.push([item.start, item.end]);
-        return;
-      }
-    }
-    visit(item.args);
-  };
-  visit(root);
-  return found;
-}
+import { webhookExclusions } from './match.ts';
 
 /** A CEL literal's value as JSON (ints as numbers, maps as objects). */
 function literalValue(expression: string): { ok: true; value: unknown } | { ok: false } {
@@ -120,10 +88,7 @@ export function vapToPolicies(
   const bindings = all.filter((o) => isVapKind(o, 'ValidatingAdmissionPolicyBinding'));
   if (vaps.length === 0)
     return { ok: false, errors: ['no ValidatingAdmissionPolicy among the objects'] };
-  const excluded = excludedNamespaces({
-    namespace: options.rollcallNamespace ?? DEFAULT_ROLLCALL_NAMESPACE,
-    ...(options.protectedNamespaces ? { protectedNamespaces: options.protectedNamespaces } : {}),
-  });
+  const excluded = webhookExclusions(options);
   const notes = unboundBindings(bindings, vaps);
   const errors: string[] = [];
   const policies: Record<string, unknown>[] = [];
@@ -399,14 +364,9 @@ function restoreSettingsReads(
   name: string,
 ): Record<string, unknown> {
   const compiled = compilePolicy(code as unknown as PolicyCode);
-  const trees = new Map<string, Node>();
-  if (compiled.ok)
-    for (const e of policyExpressions(compiled.policy)) trees.set(e.fieldPath, e.program.ast);
-  const rewrite = (source: unknown, fieldPath: string): unknown => {
-    if (typeof source !== 'string') return source;
-    const ast = trees.get(fieldPath);
-    return ast ? replaceRanges(source, variableReads(ast, name), 'params') : source;
-  };
+  const toParams = compiled.ok ? variableToParams(compiled.policy, name).rewrite : undefined;
+  const rewrite = (source: unknown, fieldPath: string): unknown =>
+    typeof source === 'string' && toParams ? toParams(fieldPath, source) : source;
   const list = (v: unknown, field: string) =>
     Array.isArray(v)
       ? v.map((item, i) => {

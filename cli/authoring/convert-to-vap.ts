@@ -12,10 +12,7 @@
 import type { ASTNode } from '@marcbachmann/cel-js';
 import { API_VERSION } from '../../api/constants.ts';
 import { policySpecSchema, type PolicySpec } from '../../api/v1alpha1.ts';
-import {
-  excludedNamespaces,
-  namespaceSelectorExcluding,
-} from '../../control-plane/functions/webhook-core.ts';
+import { namespaceSelectorExcluding } from '../../control-plane/functions/webhook-core.ts';
 import { zodMessage } from '../../data-plane/lifecycle.ts';
 import {
   compileWithinBudget,
@@ -26,7 +23,7 @@ import {
 import {
   CONVERTED_FROM_ANNOTATION,
   isNode,
-  replaceRanges,
+  paramsToVariable,
   SETTINGS_VARIABLE_ANNOTATION,
   VAP_API_VERSION,
   type Conversion,
@@ -34,55 +31,9 @@ import {
   type ConvertOptions,
 } from './convert.ts';
 import { isRecord } from './documents.ts';
-import { DEFAULT_ROLLCALL_NAMESPACE } from './match.ts';
+import { webhookExclusions } from './match.ts';
 
 type Node = ASTNode;
-
-/** Macros whose first argument names an iteration variable in scope of the rest. */
-const BINDING_MACROS = new Set(['all', 'exists', 'exists_one', 'existsOne', 'map', 'filter']);
-
-/**
- * The `[start, end)` ranges of every free `name` identifier in `root` (not one that a
- * comprehension or `cel.bind` declares).
- */
-function freeIdentifiers(root: Node, name: string): [number, number][] {
-  const found: [number, number][] = [];
-  const visit = (item: unknown, shadowed: boolean): void => {
-    if (Array.isArray(item)) {
-      for (const child of item) visit(child, shadowed);
-      return;
-    }
-    if (!isNode(item)) return;
-    if (item.op === 'id') {
-      if (item.args === name && !shadowed) found.push([item.start, item.end]);
-      return;
-    }
-    if (item.op === 'rcall') {
-      const [method, receiver, args] = item.args as [string, Node, Node[]];
-      const declared = (n: Node | undefined) => isNode(n) && n.op === 'id' && n.args === name;
-      if (BINDING_MACROS.has(method) && args.length >= 2) {
-        visit(receiver, shadowed);
-        const inner = shadowed || args.slice(0, -1).some(declared);
-        for (const arg of args.slice(args.length - 1)) visit(arg, inner);
-        return;
-      }
-      if (
-        method === 'bind' &&
-        isNode(receiver) &&
-        receiver.op === 'id' &&
-        receiver.args === 'cel'
-      ) {
-        const [variable, init, body] = args;
-        visit(init, shadowed);
-        visit(body, shadowed || declared(variable));
-        return;
-      }
-    }
-    visit(item.args, shadowed);
-  };
-  visit(root, false);
-  return found;
-}
 
 /** A JSON value as a CEL literal: ints as int, fractions as double, mixed aggregates as dyn. */
 export function celLiteral(value: unknown): string {
@@ -201,10 +152,7 @@ export function policyToVap(policy: unknown, options: ConvertOptions = {}): Conv
     notes,
   );
 
-  const excluded = excludedNamespaces({
-    namespace: options.rollcallNamespace ?? DEFAULT_ROLLCALL_NAMESPACE,
-    ...(options.protectedNamespaces ? { protectedNamespaces: options.protectedNamespaces } : {}),
-  });
+  const excluded = webhookExclusions(options);
   notes.push({
     field: 'spec.namespaceSelector',
     message: `also excludes ${excluded.join(', ')}, as every rollcall webhook does`,
@@ -302,16 +250,7 @@ function inlineSettings(
   const taken = new Set((code.variables ?? []).map((v) => v.name));
   const settingsVariable =
     ['params', 'settings', 'rollcallParams'].find((n) => !taken.has(n)) ?? 'rollcallSettings';
-  const reads = new Map<string, [number, number][]>();
-  for (const e of policyExpressions(policy)) {
-    const ranges = freeIdentifiers(e.program.ast, 'params');
-    if (ranges.length > 0) reads.set(e.fieldPath, ranges);
-  }
-  const rewrite = (fieldPath: string, source: string) => {
-    const ranges = reads.get(fieldPath);
-    return ranges ? replaceRanges(source, ranges, `variables.${settingsVariable}`) : source;
-  };
-  const inlined = reads.size > 0;
+  const { found: inlined, rewrite } = paramsToVariable(policy, settingsVariable);
   if (inlined)
     notes.push({
       field: 'spec.settings',

@@ -7,10 +7,10 @@
  * Exit codes: 0 admitted (or the policy does not apply), 1 denied, 2 unusable input or a policy
  * that does not load (with the message a replica would report).
  */
-import { parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { formatCost, REQUEST_COST_BUDGET } from '../../data-plane/cel/budget.ts';
 import { parseReview } from '../../data-plane/review.ts';
+import { outputFormat, readCommandLine, stringOptions, type ParsedLine } from '../command-line.ts';
 import type { StatusIo } from '../status.ts';
 import { InputError, isRecord, objectsIn, readObjects, type SourceObject } from './documents.ts';
 import { splitApiVersion, type KindResource } from './kinds.ts';
@@ -82,6 +82,22 @@ export interface EvalReport {
   notes: string[];
 }
 
+const EVAL_OPTIONS = {
+  ...stringOptions(
+    'review',
+    'operation',
+    'old',
+    'namespace-object',
+    'user',
+    'groups',
+    'params',
+    'policy',
+    'resource',
+    'subresource',
+  ),
+  output: { type: 'string', short: 'o', default: 'text' },
+} as const;
+
 interface EvalOptions {
   policyFile: string;
   objectFile?: string;
@@ -98,27 +114,8 @@ interface EvalOptions {
   output: 'text' | 'json';
 }
 
-function parseOptions(argv: readonly string[]): EvalOptions | 'help' {
-  const { values, positionals } = parseArgs({
-    args: [...argv],
-    options: {
-      review: { type: 'string' },
-      operation: { type: 'string' },
-      old: { type: 'string' },
-      'namespace-object': { type: 'string' },
-      user: { type: 'string' },
-      groups: { type: 'string' },
-      params: { type: 'string' },
-      policy: { type: 'string' },
-      resource: { type: 'string' },
-      subresource: { type: 'string' },
-      output: { type: 'string', short: 'o', default: 'text' },
-      help: { type: 'boolean', short: 'h' },
-    },
-    strict: true,
-    allowPositionals: true,
-  });
-  if (values.help) return 'help';
+/** The options of a parsed command line; throws InputError. */
+function evalOptions({ values, positionals }: ParsedLine<typeof EVAL_OPTIONS>): EvalOptions {
   const [policyFile, objectFile, ...extra] = positionals;
   if (!policyFile) throw new InputError('POLICY_FILE is required');
   if (extra.length > 0) throw new InputError(`unexpected arguments: ${extra.join(' ')}`);
@@ -137,8 +134,7 @@ function parseOptions(argv: readonly string[]): EvalOptions | 'help' {
         `--${given.join(', --')} describe a request built from OBJECT_FILE; an AdmissionReview brings its own`,
       );
   }
-  if (values.output !== 'text' && values.output !== 'json')
-    throw new InputError(`-o must be text or json, not "${values.output}"`);
+  const output = outputFormat(values.output, ['text', 'json']);
   return {
     policyFile,
     ...(objectFile !== undefined ? { objectFile } : {}),
@@ -154,23 +150,19 @@ function parseOptions(argv: readonly string[]): EvalOptions | 'help' {
     ...(values.policy !== undefined ? { policy: values.policy } : {}),
     ...(values.resource !== undefined ? { resource: values.resource } : {}),
     ...(values.subresource !== undefined ? { subresource: values.subresource } : {}),
-    output: values.output,
+    output,
   };
 }
 
 export async function runEval(argv: readonly string[], io: StatusIo): Promise<number> {
-  let options: EvalOptions;
-  try {
-    const parsed = parseOptions(argv);
-    if (parsed === 'help') {
-      io.stdout(EVAL_USAGE);
-      return 0;
-    }
-    options = parsed;
-  } catch (error) {
-    io.stderr(`rollcall eval: ${(error as Error).message}\n\n${EVAL_USAGE}`);
-    return 2;
-  }
+  const line = readCommandLine(
+    argv,
+    io,
+    { name: 'eval', usage: EVAL_USAGE, options: EVAL_OPTIONS },
+    evalOptions,
+  );
+  if ('exit' in line) return line.exit;
+  const options = line.args;
   try {
     return await evaluate(options, io);
   } catch (error) {

@@ -15,69 +15,87 @@ export interface KindResource {
   scope: Scope;
 }
 
-const row = (group: string, kind: string, resource: string, scope: Scope = 'Namespaced') => ({
-  group,
-  kind,
-  resource,
-  scope,
-});
+/**
+ * The built-in kinds policies are usually written for, plus rollcall's own: a line a kind
+ * (kind, resource, scope) under its API group's name (`core` is the group '').
+ */
+const TABLE = `
+core
+  Pod                             pods                             Namespaced
+  ConfigMap                       configmaps                       Namespaced
+  Secret                          secrets                          Namespaced
+  Service                         services                         Namespaced
+  ServiceAccount                  serviceaccounts                  Namespaced
+  Endpoints                       endpoints                        Namespaced
+  Event                           events                           Namespaced
+  PersistentVolumeClaim           persistentvolumeclaims           Namespaced
+  ReplicationController           replicationcontrollers           Namespaced
+  ResourceQuota                   resourcequotas                   Namespaced
+  LimitRange                      limitranges                      Namespaced
+  PodTemplate                     podtemplates                     Namespaced
+  Namespace                       namespaces                       Cluster
+  Node                            nodes                            Cluster
+  PersistentVolume                persistentvolumes                Cluster
+apps
+  Deployment                      deployments                      Namespaced
+  ReplicaSet                      replicasets                      Namespaced
+  StatefulSet                     statefulsets                     Namespaced
+  DaemonSet                       daemonsets                       Namespaced
+  ControllerRevision              controllerrevisions              Namespaced
+batch
+  Job                             jobs                             Namespaced
+  CronJob                         cronjobs                         Namespaced
+autoscaling
+  HorizontalPodAutoscaler         horizontalpodautoscalers         Namespaced
+policy
+  PodDisruptionBudget             poddisruptionbudgets             Namespaced
+networking.k8s.io
+  Ingress                         ingresses                        Namespaced
+  NetworkPolicy                   networkpolicies                  Namespaced
+  IngressClass                    ingressclasses                   Cluster
+discovery.k8s.io
+  EndpointSlice                   endpointslices                   Namespaced
+coordination.k8s.io
+  Lease                           leases                           Namespaced
+rbac.authorization.k8s.io
+  Role                            roles                            Namespaced
+  RoleBinding                     rolebindings                     Namespaced
+  ClusterRole                     clusterroles                     Cluster
+  ClusterRoleBinding              clusterrolebindings              Cluster
+storage.k8s.io
+  StorageClass                    storageclasses                   Cluster
+scheduling.k8s.io
+  PriorityClass                   priorityclasses                  Cluster
+apiextensions.k8s.io
+  CustomResourceDefinition        customresourcedefinitions        Cluster
+admissionregistration.k8s.io
+  ValidatingWebhookConfiguration  validatingwebhookconfigurations  Cluster
+  MutatingWebhookConfiguration    mutatingwebhookconfigurations    Cluster
+gateway.networking.k8s.io
+  Gateway                         gateways                         Namespaced
+  HTTPRoute                       httproutes                       Namespaced
+rollcall.dev
+  Policy                          policies                         Cluster
+  PolicyServer                    policyservers                    Cluster
+  PolicyRevision                  policyrevisions                  Cluster
+`;
 
-/** The built-in kinds policies are usually written for, plus rollcall's own. */
-export const KNOWN_KINDS: readonly KindResource[] = [
-  row('', 'Pod', 'pods'),
-  row('', 'ConfigMap', 'configmaps'),
-  row('', 'Secret', 'secrets'),
-  row('', 'Service', 'services'),
-  row('', 'ServiceAccount', 'serviceaccounts'),
-  row('', 'Endpoints', 'endpoints'),
-  row('', 'Event', 'events'),
-  row('', 'PersistentVolumeClaim', 'persistentvolumeclaims'),
-  row('', 'ReplicationController', 'replicationcontrollers'),
-  row('', 'ResourceQuota', 'resourcequotas'),
-  row('', 'LimitRange', 'limitranges'),
-  row('', 'PodTemplate', 'podtemplates'),
-  row('', 'Namespace', 'namespaces', 'Cluster'),
-  row('', 'Node', 'nodes', 'Cluster'),
-  row('', 'PersistentVolume', 'persistentvolumes', 'Cluster'),
-  row('apps', 'Deployment', 'deployments'),
-  row('apps', 'ReplicaSet', 'replicasets'),
-  row('apps', 'StatefulSet', 'statefulsets'),
-  row('apps', 'DaemonSet', 'daemonsets'),
-  row('apps', 'ControllerRevision', 'controllerrevisions'),
-  row('batch', 'Job', 'jobs'),
-  row('batch', 'CronJob', 'cronjobs'),
-  row('autoscaling', 'HorizontalPodAutoscaler', 'horizontalpodautoscalers'),
-  row('policy', 'PodDisruptionBudget', 'poddisruptionbudgets'),
-  row('networking.k8s.io', 'Ingress', 'ingresses'),
-  row('networking.k8s.io', 'NetworkPolicy', 'networkpolicies'),
-  row('networking.k8s.io', 'IngressClass', 'ingressclasses', 'Cluster'),
-  row('discovery.k8s.io', 'EndpointSlice', 'endpointslices'),
-  row('coordination.k8s.io', 'Lease', 'leases'),
-  row('rbac.authorization.k8s.io', 'Role', 'roles'),
-  row('rbac.authorization.k8s.io', 'RoleBinding', 'rolebindings'),
-  row('rbac.authorization.k8s.io', 'ClusterRole', 'clusterroles', 'Cluster'),
-  row('rbac.authorization.k8s.io', 'ClusterRoleBinding', 'clusterrolebindings', 'Cluster'),
-  row('storage.k8s.io', 'StorageClass', 'storageclasses', 'Cluster'),
-  row('scheduling.k8s.io', 'PriorityClass', 'priorityclasses', 'Cluster'),
-  row('apiextensions.k8s.io', 'CustomResourceDefinition', 'customresourcedefinitions', 'Cluster'),
-  row(
-    'admissionregistration.k8s.io',
-    'ValidatingWebhookConfiguration',
-    'validatingwebhookconfigurations',
-    'Cluster',
-  ),
-  row(
-    'admissionregistration.k8s.io',
-    'MutatingWebhookConfiguration',
-    'mutatingwebhookconfigurations',
-    'Cluster',
-  ),
-  row('gateway.networking.k8s.io', 'Gateway', 'gateways'),
-  row('gateway.networking.k8s.io', 'HTTPRoute', 'httproutes'),
-  row('rollcall.dev', 'Policy', 'policies', 'Cluster'),
-  row('rollcall.dev', 'PolicyServer', 'policyservers', 'Cluster'),
-  row('rollcall.dev', 'PolicyRevision', 'policyrevisions', 'Cluster'),
-];
+export const KNOWN_KINDS: readonly KindResource[] = parseTable(TABLE);
+
+function parseTable(text: string): KindResource[] {
+  const kinds: KindResource[] = [];
+  let group = '';
+  for (const line of text.split('\n')) {
+    if (line.trim() === '') continue;
+    if (!line.startsWith(' ')) {
+      group = line === 'core' ? '' : line;
+      continue;
+    }
+    const [kind = '', resource = '', scope] = line.trim().split(/\s+/);
+    kinds.push({ group, kind, resource, scope: scope === 'Cluster' ? 'Cluster' : 'Namespaced' });
+  }
+  return kinds;
+}
 
 /** `apps/v1` → {group: apps, version: v1}; `v1` → {group: '', version: v1}. */
 export function splitApiVersion(apiVersion: string): { group: string; version: string } {

@@ -7,7 +7,6 @@
  * Exit codes: 0 no errors (warnings allowed), 1 some error, 2 a file that cannot be read or
  * holds no Policy.
  */
-import { parseArgs } from 'node:util';
 import { policySpecSchema, type PolicySpec } from '../../api/v1alpha1.ts';
 import {
   guardedResourcesInterceptedBy,
@@ -20,6 +19,7 @@ import {
   type PolicyCode,
 } from '../../data-plane/cel/index.ts';
 import { MODULE_MESSAGE } from '../../data-plane/lifecycle.ts';
+import { readOutputAndOperands } from '../command-line.ts';
 import type { StatusIo } from '../status.ts';
 import {
   InputError,
@@ -174,31 +174,9 @@ const sorted = (problems: LintProblem[]): LintProblem[] =>
     .map(({ p }) => p);
 
 export async function runLint(argv: readonly string[], io: StatusIo): Promise<number> {
-  let files: string[];
-  let output: 'text' | 'json';
-  try {
-    const { values, positionals } = parseArgs({
-      args: [...argv],
-      options: {
-        output: { type: 'string', short: 'o', default: 'text' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-      allowPositionals: true,
-    });
-    if (values.help) {
-      io.stdout(LINT_USAGE);
-      return 0;
-    }
-    if (values.output !== 'text' && values.output !== 'json')
-      throw new InputError(`-o must be text or json, not "${values.output}"`);
-    if (positionals.length === 0) throw new InputError('give at least one FILE');
-    files = positionals;
-    output = values.output;
-  } catch (error) {
-    io.stderr(`rollcall lint: ${(error as Error).message}\n\n${LINT_USAGE}`);
-    return 2;
-  }
+  const line = readOutputAndOperands(argv, io, 'lint', LINT_USAGE, ['text', 'json'], 'FILE');
+  if ('exit' in line) return line.exit;
+  const { output, operands: files } = line.args;
 
   const problems: LintProblem[] = [];
   const unreadable: string[] = [];

@@ -14,6 +14,21 @@ import { excludedNamespaces, ruleIntercepts } from '../../control-plane/function
 /** rollcall's namespace when nobody configured another (`--namespace` of the roles). */
 export const DEFAULT_ROLLCALL_NAMESPACE = 'rollcall-system';
 
+/** Where rollcall runs, which decides the namespaces its webhooks exclude. */
+export interface RollcallNamespaces {
+  /** rollcall's namespace (excluded by every webhook with the protected ones). */
+  rollcallNamespace?: string;
+  protectedNamespaces?: readonly string[];
+}
+
+/** The namespaces every rollcall webhook excludes. */
+export function webhookExclusions(options: RollcallNamespaces): string[] {
+  return excludedNamespaces({
+    namespace: options.rollcallNamespace ?? DEFAULT_ROLLCALL_NAMESPACE,
+    ...(options.protectedNamespaces ? { protectedNamespaces: options.protectedNamespaces } : {}),
+  });
+}
+
 /** What the matchers read of a request. */
 export interface RequestAttributes {
   operation: string;
@@ -105,15 +120,12 @@ export function labelsOf(object: unknown): Record<string, string> | undefined {
 const describeRule = (rule: Rule) =>
   `${rule.operations.join(',')} ${rule.apiGroups.map((g) => g || 'core').join(',')}/${rule.apiVersions.join(',')} ${rule.resources.join(',')}${rule.scope && rule.scope !== '*' ? ` (${rule.scope})` : ''}`;
 
-export interface MatchOptions {
+export interface MatchOptions extends RollcallNamespaces {
   /**
    * The labels of the request's Namespace; undefined when unknown offline (the namespaceSelector
    * is then not checked, and a note says so).
    */
   namespaceLabels?: Readonly<Record<string, string>> | undefined;
-  /** rollcall's namespace (excluded by every webhook with the protected ones). */
-  rollcallNamespace?: string;
-  protectedNamespaces?: readonly string[];
 }
 
 /**
@@ -135,10 +147,7 @@ export function admissionMatch(
   const notes: string[] = [];
   // Cluster-scoped objects other than Namespaces are never exempted by namespaces.
   if (a.namespace !== '' || isNamespaceRequest(a)) {
-    const excluded = excludedNamespaces({
-      namespace: options.rollcallNamespace ?? DEFAULT_ROLLCALL_NAMESPACE,
-      ...(options.protectedNamespaces ? { protectedNamespaces: options.protectedNamespaces } : {}),
-    });
+    const excluded = webhookExclusions(options);
     if (excluded.includes(a.namespace))
       return {
         matched: false,

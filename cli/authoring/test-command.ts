@@ -7,7 +7,7 @@
  */
 import { readdir, stat } from 'node:fs/promises';
 import { join, relative } from 'node:path';
-import { parseArgs } from 'node:util';
+import { readOutputAndOperands } from '../command-line.ts';
 import type { StatusIo } from '../status.ts';
 import { InputError } from './documents.ts';
 import { junitReport } from './junit.ts';
@@ -164,31 +164,9 @@ export async function runSuite(io: StatusIo, file: string): Promise<SuiteOutcome
 }
 
 export async function runTest(argv: readonly string[], io: StatusIo): Promise<number> {
-  let output: 'table' | 'junit';
-  let paths: string[];
-  try {
-    const { values, positionals } = parseArgs({
-      args: [...argv],
-      options: {
-        output: { type: 'string', short: 'o', default: 'table' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-      allowPositionals: true,
-    });
-    if (values.help) {
-      io.stdout(TEST_USAGE);
-      return 0;
-    }
-    if (values.output !== 'table' && values.output !== 'junit')
-      throw new InputError(`-o must be table or junit, not "${values.output}"`);
-    if (positionals.length === 0) throw new InputError('give at least one PATH');
-    output = values.output;
-    paths = positionals;
-  } catch (error) {
-    io.stderr(`rollcall test: ${(error as Error).message}\n\n${TEST_USAGE}`);
-    return 2;
-  }
+  const line = readOutputAndOperands(argv, io, 'test', TEST_USAGE, ['table', 'junit'], 'PATH');
+  if ('exit' in line) return line.exit;
+  const { output, operands: paths } = line.args;
 
   let files: string[];
   try {

@@ -1,8 +1,12 @@
-// Every reconcile function rollcall runs. Adding one means adding its file and a line here.
+// Every reconcile function rollcall runs: the watcher watches the kinds they declare and the
+// worker runs their handlers. Adding one: its pure core (<name>-core.ts), its shell (<name>.ts:
+// a ReconcileFunction with its key prefix, the kinds it watches and what their events map to,
+// and its handler) and a line here; a kind nobody watched before also needs an entry in
+// control-plane/registry.ts (its checklist says what else).
+import { fanOut } from './fan-out.ts';
 import { policy } from './policy.ts';
 import { policyServer } from './policyserver.ts';
-import { server } from './fan-out.ts';
 import type { ReconcileFunction } from './types.ts';
 import { webhook } from './webhook.ts';
 
-export const functions: readonly ReconcileFunction[] = [policyServer, policy, webhook, server];
+export const functions: readonly ReconcileFunction[] = [policyServer, policy, webhook, fanOut];

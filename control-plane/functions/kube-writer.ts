@@ -24,7 +24,7 @@ import {
   VERSION,
 } from '../../api/constants.ts';
 import { policyRevisionSchema, type PolicyRevision } from '../../api/v1alpha1.ts';
-import { statusCodeOf } from '../../lib/kube/errors.ts';
+import { isConflict, isNotFound, statusCodeOf } from '../../lib/kube/errors.ts';
 import type { WriteGate } from '../queue/index.ts';
 
 /** Where PolicyRevisions live, for the custom-objects API. */
@@ -124,8 +124,7 @@ export class KubeWriter {
       );
       return true;
     } catch (err) {
-      const code = statusCodeOf(err);
-      if (code === 404 || (code === 409 && resourceVersion !== undefined)) return false;
+      if (isNotFound(err) || (isConflict(err) && resourceVersion !== undefined)) return false;
       throw err;
     }
   }
@@ -151,7 +150,7 @@ export class KubeWriter {
         this.admission.deleteValidatingWebhookConfiguration({ name }),
       );
     } catch (err) {
-      if (statusCodeOf(err) !== 404) throw err;
+      if (!isNotFound(err)) throw err;
     }
   }
 
@@ -190,7 +189,7 @@ export class KubeWriter {
     try {
       return await this.core.readNamespacedSecret({ namespace, name });
     } catch (err) {
-      if (statusCodeOf(err) === 404) return undefined;
+      if (isNotFound(err)) return undefined;
       throw err;
     }
   }
@@ -223,7 +222,7 @@ export class KubeWriter {
       );
       return true;
     } catch (err) {
-      if (statusCodeOf(err) === 409) return false;
+      if (isConflict(err)) return false;
       throw err;
     }
   }
@@ -260,7 +259,7 @@ export class KubeWriter {
         this.custom.deleteClusterCustomObject({ ...REVISIONS, name }),
       );
     } catch (err) {
-      if (statusCodeOf(err) !== 404) throw err;
+      if (!isNotFound(err)) throw err;
     }
   }
 }

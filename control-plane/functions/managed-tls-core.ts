@@ -49,10 +49,6 @@ export { servingSecretName };
 
 export const WEBHOOK_CA_SECRET = 'rollcall-webhook-ca';
 const DAY_MS = 24 * 3_600_000;
-export const DEFAULT_CA_VALIDITY_MS = 5 * 365 * DAY_MS;
-export const DEFAULT_SERVING_CERT_VALIDITY_MS = 365 * DAY_MS;
-/** Time for a new CA bundle to reach the API server and a new certificate the pods' files. */
-export const DEFAULT_TLS_PROPAGATION_DELAY_MS = 3 * 60_000;
 /** A delayed re-run longer than this is cut short (timers overflow at 2^31 ms). */
 export const MAX_RENEWAL_DELAY_MS = 7 * DAY_MS;
 

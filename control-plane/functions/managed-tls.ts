@@ -11,14 +11,16 @@ import {
   verifyServingCertificate,
   type CertificateFacts,
 } from '../../lib/certs/index.ts';
-import { statusCodeOf } from '../../lib/kube/errors.ts';
+import { isConflict } from '../../lib/kube/errors.ts';
+import {
+  DEFAULT_CA_VALIDITY_MS,
+  DEFAULT_SERVING_CERT_VALIDITY_MS,
+  DEFAULT_TLS_PROPAGATION_DELAY_MS,
+} from '../config.ts';
 import { TerminalError } from '../queue/index.ts';
 import {
   caCommonName,
   caSecret,
-  DEFAULT_CA_VALIDITY_MS,
-  DEFAULT_SERVING_CERT_VALIDITY_MS,
-  DEFAULT_TLS_PROPAGATION_DELAY_MS,
   planCaRotation,
   readCa,
   readServing,
@@ -87,7 +89,7 @@ export async function ensureWebhookCa(
       await ctx.kube.createSecret(namespace, caSecret(ca, namespace));
       ctx.log.info({ secret: WEBHOOK_CA_SECRET }, 'webhook CA created');
     } catch (err) {
-      if (statusCodeOf(err) !== 409) throw err;
+      if (!isConflict(err)) throw err;
       // Another job created it first: use theirs, so every server shares one CA.
       return {
         ca: usableOrThrow(readCa(await ctx.kube.getSecret(namespace, WEBHOOK_CA_SECRET), now)),

@@ -1,14 +1,16 @@
-// What the Policy-related functions share: which Policies a cluster event may affect (the
-// policy function re-computes their status, the webhook function their webhook), and how
-// long a function waits while the projections are being rebuilt.
+// What the Policy-related functions share: the key mappings of the kinds they watch (which
+// Policies, or which servers' Policies, a cluster event may affect: the policy function
+// re-computes their status, the webhook function their webhook), and how long a function
+// waits while the projections are being rebuilt.
 import { POLICY_LABEL, POLICY_SERVER_LABEL } from '../../api/constants.ts';
+import { isPodReady } from '../../api/kube.ts';
 import type { ReportReading } from '../../api/report.ts';
 import { nameOf, type ClusterIndex, type WatchEvent } from './types.ts';
 
 /** While the projections are being rebuilt (watcher starting, Redis restarted empty), wait. */
 export const notSyncedDelayMs = 1000;
 
-/** A pod as the watcher's informer keeps it (control-plane/projections/store.ts, `ProjectedPod`). */
+/** A pod as the watcher's informer keeps it (control-plane/projections/project.ts, `ProjectedPod`). */
 interface PodView {
   metadata?: {
     labels?: Record<string, string>;
@@ -33,7 +35,7 @@ export function reportOnlyChange(old: unknown, now: unknown): string[] | undefin
       p.metadata?.labels,
       p.metadata?.ownerReferences,
       p.metadata?.deletionTimestamp ?? null,
-      p.status?.conditions?.find((c) => c.type === 'Ready')?.status,
+      isPodReady(p),
     ]);
   if (rest(a) !== rest(b)) return undefined;
   const entries = ({ report }: PodView) =>
@@ -44,63 +46,43 @@ export function reportOnlyChange(old: unknown, now: unknown): string[] | undefin
   return [...names].filter((n) => JSON.stringify(ra[n]) !== JSON.stringify(rb[n]));
 }
 
-/**
- * The names of the Policies whose readiness, and so whose webhook, an event may change,
- * when it names them. An event that may change every Policy of a server names the server
- * instead (`serversAffectedBy`): one `server/<name>` job enqueues their keys, so that the
- * watcher's cost of a pod event does not grow with the policies on its server.
- */
-export function policiesAffectedBy(event: WatchEvent, index: ClusterIndex): string[] {
-  switch (event.kind) {
-    case 'Policy':
-      return [nameOf(event.object)].filter((n) => n !== undefined);
-    case 'PolicyServer':
-    case 'Deployment':
-    case 'ReplicaSet':
-      return [];
-    case 'Pod': {
-      // A report-only change re-runs the policies it touches (of the pod's server).
-      const changed =
-        event.type === 'modified' ? reportOnlyChange(event.old, event.object) : undefined;
-      const server = event.object.metadata?.labels?.[POLICY_SERVER_LABEL];
-      if (!changed || !server) return [];
-      return index.policiesOfServer(server).filter((n) => changed.includes(n));
-    }
-    case 'ValidatingWebhookConfiguration': {
-      // The webhook's served generation shows in the Policy's status; an edited or deleted
-      // webhook is put back.
-      const owner = event.object.metadata?.labels?.[POLICY_LABEL];
-      return owner ? [owner] : [];
-    }
-    case 'Secret':
-      // A Policy's readiness never depends on a Secret; its webhook's CA may (webhook.ts).
-      return [];
-  }
-}
+/** The object's own name: a Policy's keys for a Policy, a server's for a PolicyServer. */
+export const ownName = (event: WatchEvent): (string | undefined)[] => [nameOf(event.object)];
 
 /**
- * The servers every Policy of which an event may change: the PolicyServer itself, anything
- * about its pods but a report-only change, its ReplicaSets and its Deployment.
+ * A webhook configuration's Policy, by label: the webhook's served generation shows in the
+ * Policy's status, and an edited or deleted webhook is put back.
  */
-export function serversAffectedBy(event: WatchEvent): string[] {
-  switch (event.kind) {
-    case 'PolicyServer':
-      return [nameOf(event.object)].filter((n) => n !== undefined);
-    case 'Pod':
-    case 'Deployment':
-    case 'ReplicaSet': {
-      if (
-        event.kind === 'Pod' &&
-        event.type === 'modified' &&
-        reportOnlyChange(event.old, event.object)
-      )
-        return [];
-      const servers = [event.object, event.old].map(
-        (o) => o?.metadata?.labels?.[POLICY_SERVER_LABEL],
-      );
-      return [...new Set(servers)].filter((s): s is string => s !== undefined && s !== '');
-    }
-    default:
-      return [];
-  }
+export const policyOfWebhook = (event: WatchEvent): (string | undefined)[] => [
+  event.object.metadata?.labels?.[POLICY_LABEL],
+];
+
+/** `reportOnlyChange` of a pod event: undefined unless it modified nothing but the report. */
+const reportOnly = (event: WatchEvent): string[] | undefined =>
+  event.type === 'modified' ? reportOnlyChange(event.old, event.object) : undefined;
+
+/**
+ * The Policies a pod event names: those of the pod's server whose report entries alone
+ * changed. Anything else about a pod may change every Policy of its server: the fan-out's
+ * (`serversOfChange`), so that the watcher's cost of a pod event does not grow with the
+ * policies on its server.
+ */
+export function policiesOfReportChange(event: WatchEvent, index: ClusterIndex): string[] {
+  const changed = reportOnly(event);
+  const server = event.object.metadata?.labels?.[POLICY_SERVER_LABEL];
+  if (!changed || !server) return [];
+  return index.policiesOfServer(server).filter((n) => changed.includes(n));
+}
+
+/** The PolicyServers whose TLS reads a Secret: the CA, a serving certificate, a caSecretRef. */
+export const serversOfSecret = (event: WatchEvent, index: ClusterIndex): string[] =>
+  index.serversUsingSecret?.(nameOf(event.object) ?? '') ?? [];
+
+/**
+ * The servers every Policy of which a change of a pod, ReplicaSet or Deployment may change:
+ * its server's, before and after (anything about a pod but a report-only change).
+ */
+export function serversOfChange(event: WatchEvent): (string | undefined)[] {
+  if (event.kind === 'Pod' && reportOnly(event)) return [];
+  return [event.object, event.old].map((o) => o?.metadata?.labels?.[POLICY_SERVER_LABEL]);
 }

@@ -5,7 +5,12 @@ import { API_VERSION } from '../../api/constants.ts';
 import type { Policy } from '../../api/v1alpha1.ts';
 import { done, requeueAfter, terminal, type Outcome } from '../queue/index.ts';
 import { computePolicy, type PolicyDecision } from './policy-core.ts';
-import { notSyncedDelayMs, policiesAffectedBy } from './policy-keys.ts';
+import {
+  notSyncedDelayMs,
+  ownName,
+  policiesOfReportChange,
+  policyOfWebhook,
+} from './policy-keys.ts';
 import { POLICY_SERVER_RESOURCE_PREFIX } from './policyserver-core.ts';
 import { servedGenerationOf, webhookLags } from './webhook-core.ts';
 import type { FunctionContext, ReconcileFunction } from './types.ts';
@@ -13,9 +18,15 @@ import type { FunctionContext, ReconcileFunction } from './types.ts';
 export const policy: ReconcileFunction = {
   name: 'policy',
 
-  keysFor(event, index) {
-    return policiesAffectedBy(event, index).map((n) => `policy/${n}`);
-  },
+  watches: [
+    { kind: 'Policy', names: ownName },
+    { kind: 'Pod', names: policiesOfReportChange },
+    { kind: 'ValidatingWebhookConfiguration', names: policyOfWebhook },
+    // Read with the Policy (`policyView`); their changes reach it through the fan-out.
+    { kind: 'PolicyServer' },
+    { kind: 'Deployment' },
+    { kind: 'ReplicaSet' },
+  ],
 
   async handle(name, ctx) {
     const view = await ctx.timed('read', () =>

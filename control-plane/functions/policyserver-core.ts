@@ -27,13 +27,18 @@ import {
   DEFAULT_POLICY_SERVER_IMAGE,
   MANAGED_BY,
   MANAGED_BY_LABEL,
+  POLICY_SERVER_CONTAINER_PORT,
+  POLICY_SERVER_ENV,
   POLICY_SERVER_LABEL,
+  POLICY_SERVER_LIVENESS_PATH,
+  POLICY_SERVER_READINESS_PATH,
   POLICY_SERVER_TLS_DIR,
 } from '../../api/constants.ts';
 import type { Deployment, OwnerReference } from '../../api/kube.ts';
 import type {
   PolicyServer,
   PolicyServerCertificate,
+  PolicyServerSources,
   PolicyServerStatus,
   ResourceRequirements,
 } from '../../api/v1alpha1.ts';
@@ -47,14 +52,8 @@ export interface PolicyServerOptions {
   policyServerImage?: string;
 }
 
-/** The port the policy-server container serves HTTPS on. */
-export const POLICY_SERVER_CONTAINER_PORT = 8443;
 /** The Service port the webhooks call. */
 export const POLICY_SERVER_SERVICE_PORT = 443;
-/** The policy server answers 200 here once it can serve admission reviews. */
-export const POLICY_SERVER_READINESS_PATH = '/readyz';
-/** rollcall's policy server answers 200 here while its process is healthy. */
-export const POLICY_SERVER_LIVENESS_PATH = '/healthz';
 /** The pod volume holding the serving certificate Secret. */
 export const POLICY_SERVER_TLS_VOLUME = 'tls';
 export const POLICY_SERVER_CONTAINER = 'policy-server';
@@ -117,21 +116,30 @@ export function servingSecretName(serverName: string): string {
   return `${policyServerResourceName(serverName)}-tls`;
 }
 
-/** Arguments of rollcall's image; the node agent of the local cluster appends its own. */
-export function policyServerArgs(): string[] {
+/**
+ * Arguments of rollcall's image; the node agent of the local cluster appends its own. The
+ * spec.sources allowances are flags, present only when granted: without them the server
+ * downloads spec.source over HTTPS from public addresses only.
+ */
+export function policyServerArgs(sources?: PolicyServerSources): string[] {
   return [
     'policy-server',
     `--port=${POLICY_SERVER_CONTAINER_PORT}`,
     `--tls-dir=${POLICY_SERVER_TLS_DIR}`,
+    ...(sources?.allowInsecureHTTP ? ['--sources-allow-insecure-http'] : []),
+    ...(sources?.allowPrivateDestinations ? ['--sources-allow-private-destinations'] : []),
   ];
 }
 
 /** The downward-API environment every replica gets, after the user's own env. */
 function downwardEnv(serverName: string): V1EnvVar[] {
   return [
-    { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
-    { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
-    { name: 'POLICY_SERVER', value: serverName },
+    { name: POLICY_SERVER_ENV.pod, valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
+    {
+      name: POLICY_SERVER_ENV.namespace,
+      valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } },
+    },
+    { name: POLICY_SERVER_ENV.server, value: serverName },
   ];
 }
 
@@ -176,7 +184,7 @@ export function desiredDeployment(
             {
               name: POLICY_SERVER_CONTAINER,
               image: policyServerImage(server, options),
-              ...(own ? { args: policyServerArgs() } : {}),
+              ...(own ? { args: policyServerArgs(spec.sources) } : {}),
               ports: [
                 { name: 'https', containerPort: POLICY_SERVER_CONTAINER_PORT, protocol: 'TCP' },
               ],

@@ -12,7 +12,7 @@ import type { PolicyServer } from '../../api/v1alpha1.ts';
 import { done, requeueAfter, terminal } from '../queue/index.ts';
 import { ensureServingSecret, ensureWebhookCa } from './managed-tls.ts';
 import { renewalDelayMs, usesManagedTls } from './managed-tls-core.ts';
-import { notSyncedDelayMs } from './policy-keys.ts';
+import { notSyncedDelayMs, ownName, serversOfSecret } from './policy-keys.ts';
 import {
   planPolicyServer,
   policyServerResourceName,
@@ -25,7 +25,7 @@ import {
   externalRecheckAt,
   readReferencedTls,
 } from './policyserver-tls-core.ts';
-import { nameOf, type FunctionContext, type ReconcileFunction } from './types.ts';
+import type { FunctionContext, ReconcileFunction } from './types.ts';
 
 /** On the Deployment: a hash of the manifests rollcall last applied, to skip no-op applies. */
 export { APPLIED_HASH_ANNOTATION };
@@ -35,24 +35,17 @@ const SERVICE_PREFIX = policyServerResourceName('');
 export const policyServer: ReconcileFunction = {
   name: 'policyserver',
 
-  keysFor(event, index) {
-    const keys = (names: (string | undefined)[]) =>
-      names.filter((n) => n !== undefined && n !== '').map((n) => `policyserver/${n}`);
-    switch (event.kind) {
-      case 'PolicyServer':
-        return keys([nameOf(event.object)]);
-      case 'Deployment':
-        return keys([event.object.metadata?.labels?.[POLICY_SERVER_LABEL]]);
-      case 'Secret':
-        // The CA, a serving certificate or a caSecretRef Secret changed (or vanished).
-        return keys(index.serversUsingSecret?.(nameOf(event.object) ?? '') ?? []);
-      case 'ValidatingWebhookConfiguration':
-        // A CA rotation waits for the server's webhooks to trust the new CA.
-        return keys(webhookServers(event.object));
-      default:
-        return [];
-    }
-  },
+  watches: [
+    { kind: 'PolicyServer', names: ownName },
+    {
+      kind: 'Deployment',
+      names: (event) => [event.object.metadata?.labels?.[POLICY_SERVER_LABEL]],
+    },
+    // The CA, a serving certificate or a caSecretRef Secret changed (or vanished).
+    { kind: 'Secret', names: serversOfSecret },
+    // A CA rotation waits for the server's webhooks to trust the new CA.
+    { kind: 'ValidatingWebhookConfiguration', names: (event) => webhookServers(event.object) },
+  ],
 
   async handle(name, ctx) {
     const view = await ctx.store.policyServerView(name, policyServerResourceName(name));

@@ -1,22 +1,14 @@
-// What a reconcile function is: the keys it wants for a cluster event, and a handler that
-// re-reads current state for one key and returns an outcome. Adding a function means adding
-// one file that exports a ReconcileFunction and listing it in control-plane/functions/index.ts.
+// What a reconcile function is: the kinds it watches with the keys their events map to, and a
+// handler that re-reads current state for one key and returns an outcome. Adding one: its pure
+// core (<name>-core.ts), its shell (<name>.ts, exporting a ReconcileFunction) and a line in
+// control-plane/functions/index.ts; a kind nobody watched before also needs an entry in
+// control-plane/registry.ts (its checklist says what else).
 import type { Logger } from 'pino';
 import type { HandlerContext, Outcome } from '../queue/index.ts';
 import type { ProjectionStore } from '../projections/store.ts';
+import type { WatchedKind } from '../registry.ts';
 import type { EventRecorder } from './event-recorder.ts';
 import type { KubeWriter } from './kube-writer.ts';
-
-/** The kinds the watcher watches. */
-export type WatchedKind =
-  | 'Policy'
-  | 'PolicyServer'
-  | 'Deployment'
-  | 'ReplicaSet'
-  | 'Pod'
-  | 'ValidatingWebhookConfiguration'
-  /** Secrets of rollcall's namespace, metadata only (never their data). */
-  | 'Secret';
 
 export interface WatchedObject {
   metadata?: { name?: string; labels?: Record<string, string> };
@@ -52,7 +44,7 @@ export interface FunctionConfig {
    * DEFAULT_PROTECTED_NAMESPACES (kube-system, kube-node-lease).
    */
   protectedNamespaces?: readonly string[];
-  // Policy-server image and rollcall-managed TLS (defaults in control-plane/functions/managed-tls.ts).
+  // Policy-server image and rollcall-managed TLS (defaults in control-plane/config.ts).
   /** Image of PolicyServers without spec.image; default DEFAULT_POLICY_SERVER_IMAGE. */
   policyServerImage?: string;
   /** Validity of the webhook CA rollcall creates; default 5 years. */
@@ -80,10 +72,22 @@ export interface FunctionContext extends HandlerContext {
   timed<T>(stage: FunctionStage, fn: () => T | Promise<T>): Promise<T>;
 }
 
+/** A kind a function needs, and which of its keys an event of that kind asks for. */
+export interface Watch {
+  kind: WatchedKind;
+  /**
+   * The names of this function's keys the event asks for (the registry makes them
+   * `<function>/<name>`, dropping undefined and empty names, each once). Absent: the function
+   * reads this kind's projection, but its events never start the function.
+   */
+  names?(event: WatchEvent, index: ClusterIndex): readonly (string | undefined)[];
+}
+
 export interface ReconcileFunction {
   /** The key prefix: `policy` handles `policy/<name>`. */
   name: string;
-  keysFor(event: WatchEvent, index: ClusterIndex): string[];
+  /** Every kind the function reads or is started by: the watcher watches their union. */
+  watches: readonly Watch[];
   handle(name: string, ctx: FunctionContext): Promise<Outcome | void>;
 }
 

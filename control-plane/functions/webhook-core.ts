@@ -48,10 +48,10 @@ import {
   POLICY_LABEL,
   SERVED_GENERATION_ANNOTATION,
   webhookConfigurationName,
-  webhookPath,
 } from '../../api/constants.ts';
 import type { ExistingWebhook } from '../../api/kube.ts';
 import type { LabelSelector, Policy, PolicyServer, Rule } from '../../api/v1alpha1.ts';
+import { webhookPath } from '../../api/webhook-path.ts';
 import { POLICY_SERVER_SERVICE_PORT, policyServerResourceName } from './policyserver-core.ts';
 
 /** What the Policy core wants of the webhook. */

@@ -4,7 +4,7 @@
 import type { Policy, PolicyServer } from '../../api/v1alpha1.ts';
 import { done, requeueAfter, retry, terminal } from '../queue/index.ts';
 import { computePolicy } from './policy-core.ts';
-import { notSyncedDelayMs, policiesAffectedBy } from './policy-keys.ts';
+import { notSyncedDelayMs, ownName, policyOfWebhook, serversOfSecret } from './policy-keys.ts';
 import { POLICY_SERVER_RESOURCE_PREFIX } from './policyserver-core.ts';
 import { planRevisions } from './revision-core.ts';
 import type { FunctionContext, ReconcileFunction } from './types.ts';
@@ -14,21 +14,25 @@ import { planWebhook, servedGenerationOf, type WebhookCa } from './webhook-core.
 export const webhook: ReconcileFunction = {
   name: 'webhook',
 
-  keysFor(event, index) {
-    // The Policy, its server (the fan-out) and the webhook itself (someone edited or deleted
-    // it); a Secret its server's CA comes from, too. A report change is the policy function's
-    // to judge: it enqueues the webhook when the readiness it computes moves the webhook
-    // (`webhookLags`), so the many report changes that do not cost no webhook run.
-    const policies =
-      event.kind === 'Secret'
-        ? (index.serversUsingSecret?.(event.object.metadata?.name ?? '') ?? []).flatMap((s) =>
-            index.policiesOfServer(s),
-          )
-        : event.kind === 'Pod'
-          ? []
-          : policiesAffectedBy(event, index);
-    return policies.map((n) => `webhook/${n}`);
-  },
+  // A report change is the policy function's to judge: it enqueues the webhook when the
+  // readiness it computes moves the webhook (`webhookLags`), so the many report changes that
+  // do not cost no webhook run.
+  watches: [
+    { kind: 'Policy', names: ownName },
+    // Someone edited or deleted it.
+    { kind: 'ValidatingWebhookConfiguration', names: policyOfWebhook },
+    // A Secret the CA of a server's webhooks comes from.
+    {
+      kind: 'Secret',
+      names: (event, index) =>
+        serversOfSecret(event, index).flatMap((s) => index.policiesOfServer(s)),
+    },
+    // Read with the Policy (`policyView`); their changes reach it through the fan-out.
+    { kind: 'PolicyServer' },
+    { kind: 'Deployment' },
+    { kind: 'ReplicaSet' },
+    { kind: 'Pod' },
+  ],
 
   async handle(name, ctx) {
     const view = await ctx.store.policyView(name, POLICY_SERVER_RESOURCE_PREFIX);

@@ -5,7 +5,7 @@
 import type { Hono } from 'hono';
 import { html, raw } from 'hono/html';
 import type { HtmlEscapedString } from 'hono/utils/html';
-import type { Pod } from '../../api/kube.ts';
+import { isPodReady, isTerminating } from '../../api/kube.ts';
 import { policyReport, type ReportReading } from '../../api/report.ts';
 import {
   policySchema,
@@ -13,7 +13,8 @@ import {
   type Policy,
   type PolicyServer,
 } from '../../api/v1alpha1.ts';
-import type { ProjectedPod, ProjectionStore } from '../projections/store.ts';
+import type { ProjectedPod } from '../projections/project.ts';
+import type { ProjectionStore } from '../projections/store.ts';
 import { queueLink } from './queue-ui.ts';
 
 export type CellState = 'Loaded' | 'Loading' | 'Failed' | 'Stale' | 'Missing';
@@ -56,9 +57,6 @@ export interface StatusModel {
   /** Projections that failed schema validation, by name. */
   invalid: string[];
 }
-
-const isPodReady = (pod: Pod) =>
-  pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 /** What one replica says about one policy, judged against the policy's current generation. */
 export function cellFor(reading: ReportReading, policy: string, generation: number): Cell {
@@ -117,7 +115,7 @@ export function statusModel(
       return {
         pod: pod.metadata?.name ?? '',
         ready: isPodReady(pod),
-        terminating: Boolean(pod.metadata?.deletionTimestamp),
+        terminating: isTerminating(pod.metadata),
         ...(report.kind === 'invalid' ? { reportError: report.reason } : {}),
       };
     });

@@ -1,5 +1,6 @@
-// Compact projections of the watched objects, kept in Redis by the watcher and read by the
-// workers, so that a job reads a few Redis round trips instead of listing the cluster.
+// The Redis store of the watched objects' compact projections (project.ts): written by the
+// watcher, read by the workers, so that a job reads a few Redis round trips instead of listing
+// the cluster.
 //
 // Layout (one hash per kind, field = object name, value = compact JSON):
 //   <prefix>:proj:policy, :policyserver, :deployment, :replicaset, :webhook
@@ -11,7 +12,7 @@
 //   <prefix>:proj:secret                 Secrets of rollcall's namespace: name, resourceVersion
 //                                        and labels only (never data: private keys stay out)
 //   <prefix>:proj:server-policies:<server>  set of the names of the server's Policies (the
-//                                        `server/<name>` fan-out reads it)
+//                                        `fan-out/<server>` jobs read it)
 //   <prefix>:proj:synced                 set after a full write; a Redis that lost its data
 //                                        lacks it, and workers then wait instead of acting
 //                                        on an empty picture.
@@ -22,36 +23,17 @@
 // one slot, so each MULTI stays legal.
 import { keyPrefix, keysMatching, type RedisClient } from '../../lib/redis/client.ts';
 import { RedisScript } from '../../lib/redis/script.ts';
-import {
-  API_VERSION,
-  APPLIED_HASH_ANNOTATION,
-  POLICY_SERVER_LABEL,
-  REPORT_ANNOTATION,
-  webhookConfigurationName,
-} from '../../api/constants.ts';
-import type {
-  Deployment,
-  ExistingWebhook,
-  KubeObject,
-  ObjectMeta,
-  Pod,
-  ReplicaSet,
-} from '../../api/kube.ts';
-import {
-  readReplicaReport,
-  type PolicyReport,
-  type ReportEntry,
-  type ReportReading,
-} from '../../api/report.ts';
+import { webhookConfigurationName } from '../../api/constants.ts';
+import type { Deployment, ExistingWebhook, KubeObject, Pod, ReplicaSet } from '../../api/kube.ts';
+import type { PolicyReport, ReportEntry } from '../../api/report.ts';
 import {
   policySchema,
   policyServerSchema,
   type Policy,
   type PolicyServer,
 } from '../../api/v1alpha1.ts';
-
-export type ProjectedKind =
-  'policy' | 'policyserver' | 'deployment' | 'replicaset' | 'webhook' | 'pod' | 'secret';
+import type { ProjectedKind } from '../registry.ts';
+import { serverOf, type ProjectedPod } from './project.ts';
 
 /** Everything the policy and webhook functions need about one Policy. */
 export interface PolicyView {
@@ -67,14 +49,6 @@ export interface PolicyView {
   webhook: ExistingWebhook | undefined;
 }
 
-/**
- * A pod as projected: what the cores read, and its report read once, when the watcher saw
- * the pod change (the annotation itself is not kept).
- */
-export interface ProjectedPod extends Pod {
-  report: ReportReading;
-}
-
 /** A pod as its server's pods hash holds it: a valid report's entries are in its report hash. */
 type StoredPod = Pod & {
   report: { kind: 'absent' } | { kind: 'valid' } | { kind: 'invalid'; reason: string };
@@ -84,117 +58,6 @@ export interface PolicyServerView {
   policyServer: PolicyServer | undefined;
   invalid?: string;
   deployment: Deployment | undefined;
-}
-
-/** The metadata the cores read; `annotations` lists the annotations kept (all if omitted). */
-function meta(m: ObjectMeta | undefined, annotations?: string[]): ObjectMeta {
-  const kept =
-    annotations && m?.annotations
-      ? Object.fromEntries(
-          annotations.flatMap((a) =>
-            m.annotations?.[a] !== undefined ? [[a, m.annotations[a]]] : [],
-          ),
-        )
-      : m?.annotations;
-  const none = kept !== undefined && Object.keys(kept).length === 0;
-  return {
-    name: m?.name,
-    namespace: m?.namespace,
-    uid: m?.uid,
-    generation: m?.generation,
-    resourceVersion: m?.resourceVersion,
-    creationTimestamp: m?.creationTimestamp,
-    deletionTimestamp: m?.deletionTimestamp ?? undefined,
-    labels: m?.labels,
-    annotations: none ? undefined : kept,
-    ownerReferences: m?.ownerReferences,
-  };
-}
-
-/** apiVersion and kind per projection: list responses leave them out of their items. */
-const typeMeta: Record<ProjectedKind, { apiVersion: string; kind: string }> = {
-  policy: { apiVersion: API_VERSION, kind: 'Policy' },
-  policyserver: { apiVersion: API_VERSION, kind: 'PolicyServer' },
-  deployment: { apiVersion: 'apps/v1', kind: 'Deployment' },
-  replicaset: { apiVersion: 'apps/v1', kind: 'ReplicaSet' },
-  pod: { apiVersion: 'v1', kind: 'Pod' },
-  webhook: {
-    apiVersion: 'admissionregistration.k8s.io/v1',
-    kind: 'ValidatingWebhookConfiguration',
-  },
-  secret: { apiVersion: 'v1', kind: 'Secret' },
-};
-
-/**
- * Keeps only what the cores read: the projections stay small (a pod is a few hundred bytes
- * plus its report's entries). The store writes what this returns, as the watcher's informers
- * keep it; it is not idempotent (a pod's report is read from its annotation, then dropped).
- */
-export function compact(kind: ProjectedKind, obj: KubeObject): object {
-  return { ...typeMeta[kind], ...compactBody(kind, obj) };
-}
-
-/** `compact` of a pod, typed. */
-export function projectPod(pod: KubeObject): ProjectedPod {
-  return compact('pod', pod) as ProjectedPod;
-}
-
-function compactBody(kind: ProjectedKind, obj: KubeObject): object {
-  switch (kind) {
-    case 'policy':
-    case 'policyserver':
-      // Parsed with their zod schemas when read: kept whole.
-      return { metadata: meta(obj.metadata), spec: obj.spec, status: obj.status };
-    case 'deployment': {
-      const { spec, status } = obj as Deployment;
-      return {
-        metadata: meta(obj.metadata, [APPLIED_HASH_ANNOTATION]),
-        spec: {
-          replicas: spec?.replicas,
-          progressDeadlineSeconds: spec?.progressDeadlineSeconds,
-          template: {
-            spec: {
-              containers: spec?.template?.spec?.containers?.map((c) => ({
-                name: c.name,
-                image: c.image,
-              })),
-            },
-          },
-        },
-        status,
-      };
-    }
-    case 'replicaset':
-      return { metadata: meta(obj.metadata, []) };
-    case 'pod': {
-      const { status } = obj as Pod;
-      const pod: Omit<ProjectedPod, 'apiVersion' | 'kind'> = {
-        metadata: meta(obj.metadata, []),
-        status: { conditions: status?.conditions?.filter((c) => c.type === 'Ready') },
-        report: readReplicaReport(obj.metadata?.annotations?.[REPORT_ANNOTATION]),
-      };
-      return pod;
-    }
-    case 'webhook':
-      return { metadata: meta(obj.metadata), webhooks: obj.webhooks };
-    case 'secret': {
-      // Metadata only: a Secret's data (private keys) never reaches Redis.
-      const { name, namespace, resourceVersion, labels } = obj.metadata ?? {};
-      return { metadata: { name, namespace, resourceVersion, labels } };
-    }
-  }
-}
-
-/** The projection hash a pod belongs to: its policy server's, by label. */
-export function podServer(pod: KubeObject): string | undefined {
-  return pod.metadata?.labels?.[POLICY_SERVER_LABEL];
-}
-
-/** The server an object is filed under: a pod's by label, a Policy's by spec.policyServer. */
-export function serverOf(kind: ProjectedKind, obj: KubeObject): string | undefined {
-  if (kind === 'pod') return podServer(obj);
-  if (kind === 'policy') return (obj.spec as { policyServer?: string } | undefined)?.policyServer;
-  return undefined;
 }
 
 type Transaction = ReturnType<RedisClient['multi']>;

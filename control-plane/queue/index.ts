@@ -18,13 +18,8 @@ export {
   type JobState,
   type RetentionOptions,
 } from './work-queue.ts';
-export {
-  runWorker,
-  type Handler,
-  type HandlerContext,
-  type RunWorkerOptions,
-  type RunningWorker,
-} from './run-worker.ts';
+export { runWorker, type RunWorkerOptions, type RunningWorker } from './run-worker.ts';
+export type { Handler, HandlerContext } from './process-job.ts';
 export {
   WriteRateLimiter,
   defaultWriteRateLimit,

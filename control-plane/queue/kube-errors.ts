@@ -1,7 +1,7 @@
 // Turns errors thrown by a handler into outcomes. The HTTP status and headers of an API
 // error are read by lib/kube/errors.ts, whichever client raised it.
 
-import { responseHeaderOf, statusCodeOf } from '../../lib/kube/errors.ts';
+import { isConflict, responseHeaderOf, statusCodeOf } from '../../lib/kube/errors.ts';
 import { retry, terminal, TerminalError, type Outcome } from './outcome.ts';
 
 /** Used when a 429 carries no usable Retry-After. */
@@ -24,13 +24,12 @@ export function parseRetryAfter(
 
 /** 429 → throttled(Retry-After), 409 → conflict, anything else → undefined. */
 export function httpOutcome(err: unknown, now: number = Date.now()): Outcome | undefined {
-  const code = statusCodeOf(err);
-  if (code === 429) {
+  if (statusCodeOf(err) === 429) {
     const delayMs =
       parseRetryAfter(responseHeaderOf(err, 'retry-after'), now) ?? defaultRetryAfterMs;
     return { kind: 'throttled', delayMs };
   }
-  if (code === 409) return { kind: 'conflict' };
+  if (isConflict(err)) return { kind: 'conflict' };
   return undefined;
 }
 

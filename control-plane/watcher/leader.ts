@@ -3,7 +3,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { requestJson, type ApiTarget } from '../../lib/kube/api.ts';
-import { errorText, statusCodeOf } from '../../lib/kube/errors.ts';
+import { errorText, isConflict, isNotFound, statusCodeOf } from '../../lib/kube/errors.ts';
 
 /** The fields of a coordination.k8s.io/v1 Lease that leader election reads (times are RFC 3339). */
 const leaseSchema = z.looseObject({
@@ -129,11 +129,11 @@ export class LeaderElector {
     } catch (err) {
       // 409: another candidate wrote first, an answer like any other. Anything else: retry
       // next period. A leader keeps leading until its renew deadline passes.
-      const code = statusCodeOf(err);
-      if (code === 409) {
+      if (isConflict(err)) {
         this.#problem = undefined;
         return;
       }
+      const code = statusCodeOf(err);
       const why = code ? `the apiserver answered HTTP ${code}` : errorText(err);
       this.#problem = `${why} (Lease ${namespace}/${name})`;
       logger?.warn({ err, lease: `${namespace}/${name}` }, 'lease acquire/renew failed');
@@ -188,7 +188,7 @@ export class LeaderElector {
     try {
       return leaseSchema.parse(await requestJson(this.#options.api, 'GET', this.#path()));
     } catch (err) {
-      if (statusCodeOf(err) === 404) return undefined;
+      if (isNotFound(err)) return undefined;
       throw err;
     }
   }

@@ -1,30 +1,30 @@
-// The watcher: while it holds the leader Lease, reflectors watch the objects rollcall cares
-// about; each change updates its compact projection in Redis, then enqueues the keys the
-// functions want for it. It never reconciles anything itself.
+// The watcher: while it holds the leader Lease, reflectors watch the kinds its functions
+// declare (control-plane/registry.ts); each change updates its compact projection in Redis,
+// then enqueues the keys the functions want for it. It never reconciles anything itself.
 import type { KubernetesObject } from '@kubernetes/client-node';
 import type { ApiTarget } from '../../lib/kube/api.ts';
 import type { Logger } from 'pino';
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { MANAGED_BY, MANAGED_BY_LABEL, POLICY_SERVER_LABEL } from '../../api/constants.ts';
+import type { Registry } from 'prom-client';
 import type {
   ClusterIndex,
   ReconcileFunction,
-  WatchedKind,
   WatchEvent,
   WatchedObject,
 } from '../functions/types.ts';
 import { serversUsingSecret } from '../functions/managed-tls-core.ts';
-import {
-  compact,
-  podServer,
-  ProjectionStore,
-  serverOf,
-  type ProjectedKind,
-} from '../projections/store.ts';
+import { compact, podServer, serverOf } from '../projections/project.ts';
+import { ProjectionStore } from '../projections/store.ts';
 import type { WorkQueue } from '../queue/index.ts';
+import {
+  keysFor,
+  watchList,
+  type ProjectedKind,
+  type WatchedKind,
+  type WatchSpec,
+} from '../registry.ts';
 import { isReplicated } from '../../lib/redis/client.ts';
 import { LeaderElector } from './leader.ts';
-import { reflectorMetrics } from './metrics.ts';
+import { reflectorMetrics, watcherMetrics, type WatcherMetrics } from './metrics.ts';
 import { objectKey, Reflector } from '../../lib/kube/reflector.ts';
 
 export interface WatcherOptions {
@@ -36,6 +36,7 @@ export interface WatcherOptions {
    * are added even though both are sent at once.
    */
   queue: WorkQueue;
+  /** The functions whose keys it enqueues; it watches the kinds they declare (control-plane/registry.ts). */
   functions: readonly ReconcileFunction[];
   /** rollcall's namespace: policy-server Deployments, ReplicaSets and pods live here. */
   namespace: string;
@@ -61,16 +62,9 @@ export interface WatcherOptions {
   noteWork?: (count: number) => void;
 }
 
-interface Watched {
-  kind: WatchedKind;
-  projected: ProjectedKind;
-  path: string;
-  labelSelector?: string;
-}
-
 /** An event whose writes failed, kept to be written again from the informer once Redis answers. */
 interface Unwritten {
-  w: Watched;
+  w: WatchSpec;
   /** The object as the event had it (written as deleted if the informer no longer has it). */
   object: KubernetesObject;
   /** The version before the first failed event: its old server's entries may still hold it. */
@@ -79,6 +73,8 @@ interface Unwritten {
 
 export class Watcher {
   private readonly options: WatcherOptions;
+  /** What it watches: the kinds its functions declare. */
+  private readonly watches: readonly WatchSpec[];
   private readonly store: ProjectionStore;
   private readonly elector: LeaderElector;
   private reflectors = new Map<WatchedKind, Reflector<KubernetesObject>>();
@@ -111,13 +107,11 @@ export class Watcher {
   private writes: Promise<unknown> = Promise.resolve();
   /** Policies whose new generation has no status yet: when the watcher saw that generation. */
   private readonly awaitingStatus = new Map<string, { generation: number; since: number }>();
-  private readonly convergence: Histogram | undefined;
-  /** Where an event's time goes in the watcher: waiting its turn, the projection, the enqueue. */
-  private readonly eventStages: Histogram<'resource' | 'stage'> | undefined;
-  private readonly rebuilds: Counter<'reason'> | undefined;
+  private readonly metrics: WatcherMetrics | undefined;
 
   constructor(options: WatcherOptions) {
     this.options = options;
+    this.watches = watchList(options.functions, options.namespace);
     const redis = options.queue.redis;
     this.store = new ProjectionStore(redis, options.prefix);
     this.countsWrites = isReplicated(redis);
@@ -139,37 +133,7 @@ export class Watcher {
       onStartedLeading: () => this.lead(),
       onStoppedLeading: () => this.standBy(),
     });
-    const registers = options.metrics ? [options.metrics] : undefined;
-    if (registers) {
-      const isLeader = () => this.isLeader();
-      new Gauge({
-        name: 'rollcall_watcher_leader',
-        help: '1 while this watcher holds the leader Lease, else 0',
-        registers,
-        collect() {
-          this.set(isLeader() ? 1 : 0);
-        },
-      });
-      this.convergence = new Histogram({
-        name: 'rollcall_policy_status_latency_seconds',
-        help: "From the watcher seeing a Policy's new generation to seeing a status with that observedGeneration",
-        buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120],
-        registers,
-      });
-      this.eventStages = new Histogram({
-        name: 'rollcall_watcher_event_seconds',
-        help: 'Time the watcher spends on one watch event: queued behind earlier ones, writing its projection, enqueueing its keys',
-        labelNames: ['resource', 'stage'],
-        buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
-        registers,
-      });
-      this.rebuilds = new Counter({
-        name: 'rollcall_watcher_rebuilds_total',
-        help: 'Full rewrites of the projections with every key enqueued, by reason',
-        labelNames: ['reason'],
-        registers,
-      });
-    }
+    if (options.metrics) this.metrics = watcherMetrics(options.metrics, () => this.isLeader());
   }
 
   start(): void {
@@ -195,54 +159,10 @@ export class Watcher {
     return !this.isLeader() || this.live;
   }
 
-  private watched(): Watched[] {
-    const ns = this.options.namespace;
-    const servers = POLICY_SERVER_LABEL;
-    return [
-      {
-        kind: 'PolicyServer',
-        projected: 'policyserver',
-        path: '/apis/rollcall.dev/v1alpha1/policyservers',
-      },
-      { kind: 'Policy', projected: 'policy', path: '/apis/rollcall.dev/v1alpha1/policies' },
-      {
-        kind: 'Deployment',
-        projected: 'deployment',
-        path: `/apis/apps/v1/namespaces/${ns}/deployments`,
-        labelSelector: servers,
-      },
-      {
-        kind: 'ReplicaSet',
-        projected: 'replicaset',
-        path: `/apis/apps/v1/namespaces/${ns}/replicasets`,
-        labelSelector: servers,
-      },
-      {
-        kind: 'Pod',
-        projected: 'pod',
-        path: `/api/v1/namespaces/${ns}/pods`,
-        labelSelector: servers,
-      },
-      {
-        kind: 'ValidatingWebhookConfiguration',
-        projected: 'webhook',
-        path: '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations',
-        labelSelector: `${MANAGED_BY_LABEL}=${MANAGED_BY}`,
-      },
-      {
-        // The webhook CA, the serving certificates and caSecretRef Secrets (cert-manager's
-        // carry no label of ours, hence every Secret of the namespace), metadata only.
-        kind: 'Secret',
-        projected: 'secret',
-        path: `/api/v1/namespaces/${ns}/secrets`,
-      },
-    ];
-  }
-
   private lead(): void {
     const { logger } = this.options;
     logger.info('leading: starting informers');
-    for (const w of this.watched()) {
+    for (const w of this.watches) {
       const reflector: Reflector<KubernetesObject> = new Reflector<KubernetesObject>({
         api: this.options.api,
         path: w.path,
@@ -250,12 +170,12 @@ export class Watcher {
         // The informers keep each object as its compact projection, as controller-runtime's
         // cache transforms do: no managed fields, specs or annotations rollcall never reads
         // (and no Secret data: private keys never reach memory or Redis).
-        transform: (obj) => compact(w.projected, obj) as KubernetesObject,
+        transform: (obj) => compact(w.projection, obj) as KubernetesObject,
         staleAfterMs: this.options.staleAfterMs,
         resyncMs: 0, // one resync timer for all kinds, below
         logger,
         metrics: this.options.metrics
-          ? reflectorMetrics(this.options.metrics, w.projected)
+          ? reflectorMetrics(this.options.metrics, w.projection)
           : undefined,
         onAdd: (obj) => this.changed(w, 'added', obj),
         onUpdate: (old, obj) => this.changed(w, 'modified', obj, old),
@@ -313,8 +233,7 @@ export class Watcher {
     // Stepped down meanwhile: empty stores must never overwrite the new leader's projections.
     if (this.reflectors.size === 0) return;
     const objects: Partial<Record<ProjectedKind, KubernetesObject[]>> = {};
-    for (const w of this.watched())
-      objects[w.projected] = this.reflectors.get(w.kind)?.list() ?? [];
+    for (const w of this.watches) objects[w.projection] = this.reflectors.get(w.kind)?.list() ?? [];
     this.policiesByServer.clear();
     for (const p of objects.policy ?? []) this.index(p, undefined);
     const count = Object.values(objects).reduce((n, l) => n + l.length, 0);
@@ -325,7 +244,7 @@ export class Watcher {
       if (goLive) this.live = true;
       this.options.logger.info({ why, objects: count }, 'projections written');
       await this.enqueueAll(why);
-      this.rebuilds?.inc({ reason: why });
+      this.metrics?.rebuilds.inc({ reason: why });
       this.options.noteWork?.(count);
       if (!this.countsWrites) return;
       // The snapshot covered every failed write (none run while a rebuild does), and the count
@@ -405,7 +324,7 @@ export class Watcher {
   }
 
   private async changed(
-    w: Watched,
+    w: WatchSpec,
     type: WatchEvent['type'],
     obj: KubernetesObject,
     old?: KubernetesObject,
@@ -418,7 +337,10 @@ export class Watcher {
     let lap = performance.now();
     const stage = (which: string) => {
       const now = performance.now();
-      this.eventStages?.observe({ resource: w.projected, stage: which }, (now - lap) / 1000);
+      this.metrics?.eventStages.observe(
+        { resource: w.projection, stage: which },
+        (now - lap) / 1000,
+      );
       lap = now;
     };
     await this.serialized(async () => {
@@ -445,7 +367,7 @@ export class Watcher {
    * than its event). Both are sent at once, on one connection (see `queue`): one round trip.
    */
   private async write(
-    w: Watched,
+    w: WatchSpec,
     type: WatchEvent['type'],
     obj: KubernetesObject,
     old: KubernetesObject | undefined,
@@ -454,8 +376,8 @@ export class Watcher {
     // `old`: filed under another server before (a pod relabelled, a Policy moved), it is unfiled.
     const projection =
       type === 'deleted'
-        ? this.store.remove(w.projected, obj, old)
-        : this.store.put(w.projected, obj, old);
+        ? this.store.remove(w.projection, obj, old)
+        : this.store.put(w.projection, obj, old);
     const keys = this.enqueue({
       kind: w.kind,
       type,
@@ -493,7 +415,7 @@ export class Watcher {
       (obj as { status?: { observedGeneration?: number } }).status?.observedGeneration ?? 0;
     const waiting = this.awaitingStatus.get(name);
     if (waiting && observed >= waiting.generation) {
-      this.convergence?.observe((Date.now() - waiting.since) / 1000);
+      this.metrics?.convergence.observe((Date.now() - waiting.since) / 1000);
       this.awaitingStatus.delete(name);
     }
     if (generation > observed && generation !== (old?.metadata?.generation ?? 0))
@@ -520,7 +442,7 @@ export class Watcher {
   };
 
   private keysFor(event: WatchEvent): string[] {
-    return this.options.functions.flatMap((f) => f.keysFor(event, this.clusterIndex));
+    return keysFor(this.options.functions, event, this.clusterIndex);
   }
 
   private async enqueue(event: WatchEvent): Promise<void> {
@@ -535,13 +457,11 @@ export class Watcher {
   /** Every key that any watched object implies, each once (many pods imply the same policy keys). */
   private async enqueueAll(why: string): Promise<void> {
     const keys = new Set<string>();
-    for (const w of this.watched()) {
-      // Pods and ReplicaSets imply the keys of their server: one object per server says it all
-      // (10,000 pods of one server would otherwise compute the same keys 10,000 times).
-      const perServer = w.kind === 'Pod' || w.kind === 'ReplicaSet';
+    for (const w of this.watches) {
       const seen = new Set<string | undefined>();
       for (const obj of this.reflectors.get(w.kind)?.list() ?? []) {
-        if (perServer) {
+        // One object per server says it all (WatchableKind.keysPerServer).
+        if (w.keysPerServer) {
           const server = podServer(obj);
           if (seen.has(server)) continue;
           seen.add(server);

@@ -154,7 +154,7 @@ function variablesClass(names: readonly string[]): CompiledPolicy['Variables'] {
   return Variables;
 }
 
-/** Kinds of result an expression must have: [what the error says, types accepted]. */
+/** The type an expression must have (`bool` also takes dyn); `any` checks nothing. */
 type Expect = 'bool' | 'string' | 'any';
 
 /**
@@ -167,56 +167,36 @@ export function compilePolicy(untrusted: PolicyCode, fieldPath = 'spec'): Compil
   if (malformed.length > 0) return { ok: false, errors: malformed.slice(0, MAX_ERRORS) };
   const code = untrusted;
   const errors: string[] = [];
-  const variables = code.variables ?? [];
-  const names = variables.map((v) => v.name);
+  const names = (code.variables ?? []).map((v) => v.name);
   const Variables = variablesClass([
     ...new Set(names.filter((n) => IDENTIFIER.test(n) && !RESERVED_NAMES.has(n))),
   ]);
+  const { fields, variables } = compileVariables(code, fieldPath, Variables, errors);
+  const env = policyEnvironment(fields, Variables);
+  const matchConditions = compileMatchConditions(code, fieldPath, env, errors);
+  const validations = compileValidations(code, fieldPath, env, errors);
 
-  const compile = (
-    env: Environment,
-    source: unknown,
-    path: string,
-    expect: Expect,
-  ): { compiled?: CompiledExpression; type?: string } => {
-    if (typeof source !== 'string' || source.trim() === '') {
-      errors.push(`${path}: Required value: an expression is required`);
-      return {};
-    }
-    let program: ParseResult;
-    try {
-      program = env.parse(source);
-    } catch (error) {
-      errors.push(`${path}: ${describeCompileError(error, source)}`);
-      return {};
-    }
-    const findings = scan(program.ast);
-    if (findings.length > 0) {
-      for (const f of findings) errors.push(`${path}: ${f.message} at ${position(source, f.at)}`);
-      return {};
-    }
-    const checked = program.check();
-    if (!checked.valid) {
-      errors.push(`${path}: ${describeCompileError(checked.error, source)}`);
-      return {};
-    }
-    const type = checked.type ?? 'dyn';
-    // As the apiserver: a validation or match condition may be dyn (checked when it runs), a
-    // messageExpression must be a string.
-    const accepted = type === expect || (expect === 'bool' && type.startsWith('dyn'));
-    if (expect !== 'any' && !accepted) {
-      errors.push(`${path}: must evaluate to ${expect}, not ${type}`);
-      return {};
-    }
-    // Once per expression: the meter then charges its sized operations whenever it runs.
-    instrument(program.ast);
-    return { compiled: { source, fieldPath: path, program }, type };
-  };
+  if (errors.length > 0) {
+    const shown = errors.slice(0, MAX_ERRORS);
+    if (errors.length > MAX_ERRORS) shown.push(`... and ${errors.length - MAX_ERRORS} more errors`);
+    return { ok: false, errors: shown };
+  }
+  return { ok: true, policy: { matchConditions, variables, validations, Variables } };
+}
 
-  // Each variable sees the variables declared before it, with their checked types.
+/**
+ * The variables in declaration order, and the checked type of each: a variable sees the
+ * variables declared before it, with their types.
+ */
+function compileVariables(
+  code: PolicyCode,
+  fieldPath: string,
+  Variables: CompiledPolicy['Variables'],
+  errors: string[],
+): { fields: Record<string, string>; variables: CompiledPolicy['variables'] } {
   const fields: Record<string, string> = {};
-  const compiledVariables: CompiledPolicy['variables'] = [];
-  variables.forEach((variable, i) => {
+  const variables: CompiledPolicy['variables'] = [];
+  (code.variables ?? []).forEach((variable, i) => {
     const path = `${fieldPath}.variables[${i}]`;
     if (!IDENTIFIER.test(variable.name)) {
       errors.push(
@@ -233,33 +213,61 @@ export function compilePolicy(untrusted: PolicyCode, fieldPath = 'spec'): Compil
       return;
     }
     const env = policyEnvironment(fields, Variables);
-    const { compiled, type } = compile(env, variable.expression, `${path}.expression`, 'any');
+    const { compiled, type } = compileExpression(
+      env,
+      variable.expression,
+      `${path}.expression`,
+      'any',
+      errors,
+    );
     fields[variable.name] = fieldType(type);
-    if (compiled) compiledVariables.push({ name: variable.name, expression: compiled });
+    if (compiled) variables.push({ name: variable.name, expression: compiled });
   });
+  return { fields, variables };
+}
 
-  const env = policyEnvironment(fields, Variables);
+function compileMatchConditions(
+  code: PolicyCode,
+  fieldPath: string,
+  env: Environment,
+  errors: string[],
+): CompiledPolicy['matchConditions'] {
   const matchConditions: CompiledPolicy['matchConditions'] = [];
   (code.matchConditions ?? []).forEach((condition, i) => {
     const path = `${fieldPath}.matchConditions[${i}].expression`;
-    const { compiled } = compile(env, condition.expression, path, 'bool');
+    const { compiled } = compileExpression(env, condition.expression, path, 'bool', errors);
     if (compiled) matchConditions.push({ name: condition.name, expression: compiled });
   });
+  return matchConditions;
+}
 
+function compileValidations(
+  code: PolicyCode,
+  fieldPath: string,
+  env: Environment,
+  errors: string[],
+): CompiledValidation[] {
   const validations: CompiledValidation[] = [];
   if (!Array.isArray(code.validations) || code.validations.length === 0) {
     errors.push(`${fieldPath}.validations: Required value: at least one validation is required`);
   }
   (code.validations ?? []).forEach((validation, i) => {
     const path = `${fieldPath}.validations[${i}]`;
-    const { compiled } = compile(env, validation.expression, `${path}.expression`, 'bool');
+    const { compiled } = compileExpression(
+      env,
+      validation.expression,
+      `${path}.expression`,
+      'bool',
+      errors,
+    );
     let messageExpression: CompiledExpression | undefined;
     if (validation.messageExpression !== undefined) {
-      messageExpression = compile(
+      messageExpression = compileExpression(
         env,
         validation.messageExpression,
         `${path}.messageExpression`,
         'string',
+        errors,
       ).compiled;
     }
     const reason = validation.reason ?? 'Invalid';
@@ -279,14 +287,51 @@ export function compilePolicy(untrusted: PolicyCode, fieldPath = 'spec'): Compil
       });
     }
   });
+  return validations;
+}
 
-  if (errors.length > 0) {
-    const shown = errors.slice(0, MAX_ERRORS);
-    if (errors.length > MAX_ERRORS) shown.push(`... and ${errors.length - MAX_ERRORS} more errors`);
-    return { ok: false, errors: shown };
+/**
+ * One expression at `path`, parsed, scanned for what rollcall does not support, type-checked
+ * and instrumented for the meter; on failure nothing is returned and the reason is pushed to
+ * `errors`. `type` is the checked type (`dyn` when the checker cannot tell).
+ */
+function compileExpression(
+  env: Environment,
+  source: unknown,
+  path: string,
+  expect: Expect,
+  errors: string[],
+): { compiled?: CompiledExpression; type?: string } {
+  if (typeof source !== 'string' || source.trim() === '') {
+    errors.push(`${path}: Required value: an expression is required`);
+    return {};
   }
-  return {
-    ok: true,
-    policy: { matchConditions, variables: compiledVariables, validations, Variables },
-  };
+  let program: ParseResult;
+  try {
+    program = env.parse(source);
+  } catch (error) {
+    errors.push(`${path}: ${describeCompileError(error, source)}`);
+    return {};
+  }
+  const findings = scan(program.ast);
+  if (findings.length > 0) {
+    for (const f of findings) errors.push(`${path}: ${f.message} at ${position(source, f.at)}`);
+    return {};
+  }
+  const checked = program.check();
+  if (!checked.valid) {
+    errors.push(`${path}: ${describeCompileError(checked.error, source)}`);
+    return {};
+  }
+  const type = checked.type ?? 'dyn';
+  // As the apiserver: a validation or match condition may be dyn (checked when it runs), a
+  // messageExpression must be a string.
+  const accepted = type === expect || (expect === 'bool' && type.startsWith('dyn'));
+  if (expect !== 'any' && !accepted) {
+    errors.push(`${path}: must evaluate to ${expect}, not ${type}`);
+    return {};
+  }
+  // Once per expression: the meter then charges its sized operations whenever it runs.
+  instrument(program.ast);
+  return { compiled: { source, fieldPath: path, program }, type };
 }

@@ -191,12 +191,22 @@ export async function loadApiTarget(path: string | undefined): Promise<ApiTarget
 
 type Query = Record<string, string | number | boolean | undefined>;
 
+/** What one request may carry besides its method and path. */
+interface SendOptions {
+  query?: Query;
+  /** Sent as JSON. */
+  body?: unknown;
+  /** The body's media type, `application/json` unless given (a PATCH names its kind). */
+  contentType?: string;
+  signal?: AbortSignal | undefined;
+}
+
 /** Sends one request and resolves with the response once its headers arrive. */
 async function send(
   target: ApiTarget,
   method: string,
   path: string,
-  options: { query?: Query; body?: unknown; signal?: AbortSignal | undefined },
+  options: SendOptions,
 ): Promise<http.IncomingMessage> {
   const url = new URL(target.server + path);
   for (const [key, value] of Object.entries(options.query ?? {}))
@@ -210,7 +220,11 @@ async function send(
       method,
       headers: {
         Accept: 'application/json',
-        ...(payload !== undefined && { 'Content-Type': 'application/json' }),
+        // Content-Length, not left to Node: it frames the body of a DELETE only so.
+        ...(payload !== undefined && {
+          'Content-Type': options.contentType ?? 'application/json',
+          'Content-Length': Buffer.byteLength(payload),
+        }),
         ...base.headers,
       },
       ...(options.signal && { signal: options.signal }),
@@ -250,9 +264,27 @@ export async function requestJson(
   target: ApiTarget,
   method: string,
   path: string,
-  options: { query?: Query; body?: unknown; signal?: AbortSignal } = {},
+  options: SendOptions = {},
 ): Promise<unknown> {
   return answer(await send(target, method, path, options));
+}
+
+/**
+ * True when the apiserver answers a health endpoint (`/readyz`, `/livez`) with 200; false for
+ * any other status or a transport error. Its answer is text, so `requestJson` would not do.
+ */
+export async function isHealthy(
+  target: ApiTarget,
+  path: string,
+  signal?: AbortSignal,
+): Promise<boolean> {
+  try {
+    const res = await send(target, 'GET', path, { signal });
+    res.resume();
+    return res.statusCode === 200;
+  } catch {
+    return false;
+  }
 }
 
 /** GETs `path` with `query` and resolves with the parsed JSON body (see `requestJson`). */

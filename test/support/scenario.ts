@@ -96,8 +96,9 @@ export async function startPolicyServer(
   kc: KubeConfig,
   name: string,
   replicas: number,
+  spec: Record<string, unknown> = {},
 ): Promise<void> {
-  await apply(policyServerManifest(name, { replicas }));
+  await apply(policyServerManifest(name, { replicas, ...spec }));
   await watchUntil<PolicyServer & KubernetesObject>(
     kc,
     POLICY_SERVERS_PATH,

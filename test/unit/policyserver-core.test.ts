@@ -111,6 +111,19 @@ describe("desiredDeployment for rollcall's own image (no spec.image)", () => {
     ]);
   });
 
+  test('passes spec.sources as flags, only those granted (none: HTTPS to public addresses)', () => {
+    const args = (sources: { allowInsecureHTTP: boolean; allowPrivateDestinations: boolean }) =>
+      container(aPolicyServer({ spec: { image: undefined, sources } }))?.args?.slice(3);
+    assert.deepEqual(args({ allowInsecureHTTP: false, allowPrivateDestinations: false }), []);
+    assert.deepEqual(args({ allowInsecureHTTP: true, allowPrivateDestinations: false }), [
+      '--sources-allow-insecure-http',
+    ]);
+    assert.deepEqual(args({ allowInsecureHTTP: true, allowPrivateDestinations: true }), [
+      '--sources-allow-insecure-http',
+      '--sources-allow-private-destinations',
+    ]);
+  });
+
   test('runs the image given by --policy-server-image instead, when set', () => {
     assert.equal(
       container(own, { ...options, policyServerImage: 'registry.example/rollcall:1.2' })?.image,

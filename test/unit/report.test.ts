@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { REPORT_MAX_BYTES } from '../../api/constants.ts';
-import { readReplicaReport } from '../../api/report.ts';
+import fc from 'fast-check';
+import { REPORT_MAX_BYTES, REPORT_MESSAGE_MAX_CHARS } from '../../api/constants.ts';
+import { encodeReplicaReport, readReplicaReport, type ReplicaReport } from '../../api/report.ts';
 
 const U = '6f1c2b9e-1d2a-4c3b-9e8f-0a1b2c3d4e5f';
 const entry = (fields: Record<string, unknown>) =>
@@ -178,5 +179,38 @@ describe('readReplicaReport rejects malformed reports whole, with a clear reason
     const raw = JSON.stringify(entries);
     assert.ok(raw.length < REPORT_MAX_BYTES && Buffer.byteLength(raw) > REPORT_MAX_BYTES);
     assert.match((readReplicaReport(raw) as { reason: string }).reason, /bytes/);
+  });
+});
+
+describe('encodeReplicaReport', () => {
+  // What a replica may say: Failed entries may carry a message and an older serving generation.
+  const reportEntry = fc
+    .record({
+      uid: fc.uuid(),
+      generation: fc.integer({ min: 2, max: 2 ** 31 }),
+      state: fc.constantFrom('Loading' as const, 'Loaded' as const, 'Failed' as const),
+      message: fc.option(fc.string({ maxLength: REPORT_MESSAGE_MAX_CHARS }), { nil: undefined }),
+      serving: fc.option(fc.integer({ min: 1, max: 2 ** 31 }), { nil: undefined }),
+    })
+    .map(({ message, serving, ...entry }) => ({
+      ...entry,
+      ...(message === undefined ? {} : { message }),
+      ...(serving === undefined || entry.state !== 'Failed'
+        ? {}
+        : { serving: Math.min(serving, entry.generation - 1) }),
+    }));
+  // Keyed by Policy names (object names: never `__proto__`, which the reader drops).
+  const policyName = fc.stringMatching(/^[a-z0-9]([-a-z0-9.]{0,38}[a-z0-9])?$/);
+  const report = fc.dictionary(policyName, reportEntry, {
+    maxKeys: 20,
+    noNullPrototype: true,
+  });
+
+  test('readReplicaReport reads back every report it encodes', () => {
+    fc.assert(
+      fc.property(report, (r: ReplicaReport) => {
+        assert.deepEqual(readReplicaReport(encodeReplicaReport(r)), { kind: 'valid', report: r });
+      }),
+    );
   });
 });

@@ -12,7 +12,7 @@ export const kwokVersion = 'v0.8.0';
 /** Helm, for the chart's tests (charts/rollcall); from its module like kwok. */
 export const helmVersion = 'v3.22.0';
 
-const goModuleDir = join(repoRoot, 'cluster', 'go');
+const goModuleDir = join(import.meta.dirname, 'go');
 
 export interface Binaries {
   /** The multi-call binary: `kube <component> [flags]`. */

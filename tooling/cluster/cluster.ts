@@ -3,17 +3,17 @@
 // agent that runs real processes for the pods of rollcall's own image (node-agent.ts).
 import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { request } from 'node:https';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { DEFAULT_POLICY_SERVER_IMAGE } from '../../api/constants.ts';
+import { isHealthy } from '../../lib/kube/api.ts';
 import { ensureBinaries, kubernetesVersion, type Binaries } from './build.ts';
 import { nodeAgentSocketPath, nodeAgentStateFile, readNodeAgentState } from './node-agent-state.ts';
 import { localDir } from './paths.ts';
-import { ensurePki, tokenFor, type Pki } from './pki.ts';
+import { adminApiTarget, ensurePki, tokenFor, type Pki } from './pki.ts';
 import { freePort } from './ports.ts';
 import { processAlive } from './process.ts';
 
@@ -106,50 +106,12 @@ export async function up(dir = localDir, log: Log = console.error): Promise<Clus
 
   try {
     log(`starting etcd on 127.0.0.1:${ports.etcd}`);
-    const etcdUrl = `http://127.0.0.1:${ports.etcd}`;
-    const peerUrl = `http://127.0.0.1:${ports.etcdPeer}`;
-    start('etcd', binaries.kube, [
-      'etcd',
-      '--name=local',
-      `--data-dir=${join(dir, 'etcd')}`,
-      `--listen-client-urls=${etcdUrl}`,
-      `--advertise-client-urls=${etcdUrl}`,
-      `--listen-peer-urls=${peerUrl}`,
-      `--initial-advertise-peer-urls=${peerUrl}`,
-      `--initial-cluster=local=${peerUrl}`,
-      '--unsafe-no-fsync', // a disposable cluster: speed over durability
-      '--log-level=warn',
-    ]);
-    await waitFor('etcd', () => httpOk(`${etcdUrl}/health`), state);
+    start('etcd', binaries.kube, etcdArgs(dir, ports));
+    await waitFor('etcd', () => httpOk(`${etcdUrl(ports)}/health`), state);
 
     log(`starting kube-apiserver ${kubernetesVersion} on ${server}`);
-    start('kube-apiserver', binaries.kube, [
-      'kube-apiserver',
-      `--etcd-servers=${etcdUrl}`,
-      '--bind-address=127.0.0.1',
-      '--advertise-address=127.0.0.1',
-      `--secure-port=${ports.apiserver}`,
-      `--cert-dir=${pki.dir}`,
-      `--tls-cert-file=${pki.servingCert}`,
-      `--tls-private-key-file=${pki.servingKey}`,
-      `--client-ca-file=${pki.caCert}`,
-      `--token-auth-file=${pki.tokenFile}`,
-      '--authorization-mode=RBAC',
-      '--service-cluster-ip-range=10.0.0.0/24',
-      `--service-account-issuer=${server}`,
-      `--service-account-key-file=${pki.serviceAccountPub}`,
-      `--service-account-signing-key-file=${pki.serviceAccountKey}`,
-      '--allow-privileged=true',
-      // The kubernetes Service's endpoint cannot be a loopback address; nothing here needs it.
-      '--endpoint-reconciler-type=none',
-      // Pods need no token volumes on fake nodes (ServiceAccount); the fake node must not start
-      // tainted not-ready (TaintNodesByCondition), as no node lifecycle controller runs to lift it.
-      '--disable-admission-plugins=ServiceAccount,TaintNodesByCondition',
-      '--profiling=false',
-      // Webhooks that name a Service are dialed through the `cluster` egress: the node agent's
-      // CONNECT proxy, which plays kube-proxy. URL webhooks use `controlplane` (direct).
-      `--egress-selector-config-file=${writeEgressSelector(dir, state.nodeAgentSocket)}`,
-    ]);
+    const egress = writeEgressSelector(dir, state.nodeAgentSocket);
+    start('kube-apiserver', binaries.kube, apiserverArgs(state, pki, egress));
     // The node agent starts with the apiserver, so that its own start (a few hundred ms of
     // loading, seconds on a busy machine) overlaps the apiserver's; it waits for the apiserver
     // before it watches. `up` waits for it last.
@@ -373,6 +335,58 @@ function writeKwokStages(binaries: Binaries, dir: string): string[] {
   });
 }
 
+function etcdUrl(ports: ClusterState['ports']): string {
+  return `http://127.0.0.1:${ports.etcd}`;
+}
+
+/** etcd's command line: one member on loopback, its data in <dir>/etcd. */
+function etcdArgs(dir: string, ports: ClusterState['ports']): string[] {
+  const peerUrl = `http://127.0.0.1:${ports.etcdPeer}`;
+  return [
+    'etcd',
+    '--name=local',
+    `--data-dir=${join(dir, 'etcd')}`,
+    `--listen-client-urls=${etcdUrl(ports)}`,
+    `--advertise-client-urls=${etcdUrl(ports)}`,
+    `--listen-peer-urls=${peerUrl}`,
+    `--initial-advertise-peer-urls=${peerUrl}`,
+    `--initial-cluster=local=${peerUrl}`,
+    '--unsafe-no-fsync', // a disposable cluster: speed over durability
+    '--log-level=warn',
+  ];
+}
+
+/** kube-apiserver's command line: on loopback, with the cluster's PKI and the egress selection. */
+function apiserverArgs(state: ClusterState, pki: Pki, egressSelectorFile: string): string[] {
+  return [
+    'kube-apiserver',
+    `--etcd-servers=${etcdUrl(state.ports)}`,
+    '--bind-address=127.0.0.1',
+    '--advertise-address=127.0.0.1',
+    `--secure-port=${state.ports.apiserver}`,
+    `--cert-dir=${pki.dir}`,
+    `--tls-cert-file=${pki.servingCert}`,
+    `--tls-private-key-file=${pki.servingKey}`,
+    `--client-ca-file=${pki.caCert}`,
+    `--token-auth-file=${pki.tokenFile}`,
+    '--authorization-mode=RBAC',
+    '--service-cluster-ip-range=10.0.0.0/24',
+    `--service-account-issuer=${state.server}`,
+    `--service-account-key-file=${pki.serviceAccountPub}`,
+    `--service-account-signing-key-file=${pki.serviceAccountKey}`,
+    '--allow-privileged=true',
+    // The kubernetes Service's endpoint cannot be a loopback address; nothing here needs it.
+    '--endpoint-reconciler-type=none',
+    // Pods need no token volumes on fake nodes (ServiceAccount); the fake node must not start
+    // tainted not-ready (TaintNodesByCondition), as no node lifecycle controller runs to lift it.
+    '--disable-admission-plugins=ServiceAccount,TaintNodesByCondition',
+    '--profiling=false',
+    // Webhooks that name a Service are dialed through the `cluster` egress: the node agent's
+    // CONNECT proxy, which plays kube-proxy. URL webhooks use `controlplane` (direct).
+    `--egress-selector-config-file=${egressSelectorFile}`,
+  ];
+}
+
 function kubeconfig(server: string, pki: Pki, user: string): string {
   return toYaml({
     apiVersion: 'v1',
@@ -507,22 +521,7 @@ function httpOk(url: string): Promise<boolean> {
   });
 }
 
+/** True when the apiserver answers `path` (/readyz) with 200 to the admin token. */
 function apiOk(state: ClusterState, pki: Pki, path: string): Promise<boolean> {
-  return new Promise((resolveOk) => {
-    const req = request(
-      `${state.server}${path}`,
-      {
-        ca: readFileSync(pki.caCert),
-        headers: { authorization: `Bearer ${tokenFor(pki, 'admin')}` },
-        timeout: 2000,
-      },
-      (res) => {
-        res.resume();
-        resolveOk(res.statusCode === 200);
-      },
-    );
-    req.on('error', () => resolveOk(false));
-    req.on('timeout', () => req.destroy());
-    req.end();
-  });
+  return isHealthy(adminApiTarget(state.server, pki), path, AbortSignal.timeout(2_000));
 }

@@ -2,7 +2,7 @@ import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** The repository root (this file lives in <root>/cluster). */
+/** The repository root (this file lives in <root>/tooling/cluster). */
 export const repoRoot = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 
 /**

@@ -4,6 +4,7 @@ import { execFileSync } from 'node:child_process';
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { credentialsTarget, type ApiTarget } from '../../lib/kube/api.ts';
 
 export interface Pki {
   dir: string;
@@ -155,4 +156,9 @@ export function tokenFor(pki: Pki, user: string): string {
     .find((l) => l.split(',')[1] === user);
   if (!line) throw new Error(`no token for ${user} in ${pki.tokenFile}`);
   return line.split(',')[0]!;
+}
+
+/** The cluster admin's access to the apiserver at `server`: the PKI's CA and the admin token. */
+export function adminApiTarget(server: string, pki: Pki): ApiTarget {
+  return credentialsTarget({ server, ca: readFileSync(pki.caCert), token: tokenFor(pki, 'admin') });
 }

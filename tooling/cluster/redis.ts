@@ -5,7 +5,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, openSync, closeSync } from 'node:fs';
 import { createConnection } from 'node:net';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
+import { repoRoot } from './paths.ts';
 import { freePort } from './ports.ts';
 import { ensureSystemPackages } from './system-packages.ts';
 
@@ -25,7 +26,6 @@ export interface RunningRedis {
   stop(): Promise<void>;
 }
 
-const repoRoot = resolve(import.meta.dirname, '..');
 export const defaultRedisDir = join(repoRoot, '.rollcall', 'local', 'redis');
 
 /** Flags every private instance runs with; noeviction because BullMQ must never lose keys. */

@@ -49,7 +49,13 @@ export function demoManifests(bundles: string): Record<string, unknown>[] {
       apiVersion: 'rollcall.dev/v1alpha1',
       kind: 'PolicyServer',
       metadata: { name: SERVER },
-      spec: { replicas: 3, progressDeadlineSeconds: 60 },
+      spec: {
+        replicas: 3,
+        progressDeadlineSeconds: 60,
+        // The bundle server below is plain HTTP on loopback, which a PolicyServer refuses
+        // unless it says so: a real one would serve HTTPS from a public address.
+        sources: { allowInsecureHTTP: true, allowPrivateDestinations: true },
+      },
     },
     policy(GOOD, {
       mode: 'protect',

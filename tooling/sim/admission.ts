@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
+import { parseWebhookPath } from '../../api/webhook-path.ts';
 import { behaviourOf } from './behaviour.ts';
 
 /** The part of a Policy the verdict depends on. */
@@ -95,12 +96,11 @@ async function handle(
 ): Promise<void> {
   const url = new URL(req.url ?? '/', 'https://sim');
   if (req.method === 'GET' && url.pathname === '/healthz') return reply(res, 200, { ok: true });
-  // `/validate/<policy>/<generation>` (the webhook pins a generation; the simulator answers
-  // with the policy as its watch sees it) or the older `/validate/<policy>`.
-  const match = /^\/validate\/([a-z0-9][a-z0-9.-]*)(?:\/[1-9][0-9]*)?$/.exec(url.pathname);
-  if (req.method !== 'POST' || !match)
+  // The webhook pins a generation; the simulator answers with the policy as its watch sees it.
+  const target = parseWebhookPath(url.pathname);
+  if (req.method !== 'POST' || !target)
     return reply(res, 404, { error: 'expected POST /validate/<policy>/<generation>' });
-  const name = match[1]!;
+  const name = target.policy;
 
   let body = '';
   for await (const chunk of req) {

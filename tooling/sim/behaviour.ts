@@ -3,8 +3,6 @@
 import { createHash } from 'node:crypto';
 import type { ReportEntry } from '../../api/report.ts';
 
-export type { ReportEntry };
-
 /** What a policy at one generation is, from a replica's point of view. */
 export interface SimPolicy {
   name: string;

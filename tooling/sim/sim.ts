@@ -11,10 +11,10 @@ import {
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../api/constants.ts';
-import { isTerminating } from '../../api/kube.ts';
-import { readReplicaReport } from '../../api/report.ts';
+import { isPodReady, isTerminating } from '../../api/kube.ts';
+import { encodeReplicaReport, readReplicaReport, type ReportEntry } from '../../api/report.ts';
 import { Reflector } from '../../lib/kube/reflector.ts';
-import { reportEntry, type ReportEntry } from './behaviour.ts';
+import { reportEntry } from './behaviour.ts';
 import { kubeConfigTarget } from '../../lib/kube/api.ts';
 
 export interface SimOptions {
@@ -24,9 +24,6 @@ export interface SimOptions {
 }
 
 const retryWriteMs = 1_000;
-
-const isReady = (pod: V1Pod) =>
-  pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 /**
  * The report a pod should publish now, and when to look again (a slow module still loading).
@@ -140,7 +137,7 @@ export class Simulator {
     for (const pod of this.pods.list()) {
       const server = pod.metadata?.labels?.[POLICY_SERVER_LABEL];
       const name = pod.metadata?.name;
-      if (!server || !name || !isReady(pod) || isTerminating(pod.metadata)) continue;
+      if (!server || !name || !isPodReady(pod) || isTerminating(pod.metadata)) continue;
       const current = pod.metadata?.annotations?.[REPORT_ANNOTATION];
       const reading = readReplicaReport(current);
       const previous = reading.kind === 'valid' ? reading.report : {};
@@ -152,7 +149,7 @@ export class Simulator {
         now,
       );
       if (recheckAt !== undefined) next = Math.min(next ?? Infinity, recheckAt);
-      const serialized = JSON.stringify(report);
+      const serialized = encodeReplicaReport(report);
       if (serialized === current) continue;
       await this.core
         .patchNamespacedPod(

@@ -54,7 +54,7 @@ test(
       );
       assert.match(
         row('require-probes'),
-        /\s0\/3\s+Stalled\s.*[0-9a-f]{64}.*[0-9a-f]{64}/,
+        /\s0\/3\s+Stalled\s.*does not match spec\.source\.sha256 [0-9a-f]{64}/,
         context,
       );
       // Three real processes, one per pod.

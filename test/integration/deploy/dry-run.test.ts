@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
+import { policyServerLabels } from '../../../control-plane/functions/policyserver-core.ts';
 import { parseRedisUrl } from '../../../lib/redis/url.ts';
 import {
   build,
@@ -48,6 +49,7 @@ describe('deploy/ (kustomize)', () => {
       'deployment.apps/rollcall-worker',
       'statefulset.apps/rollcall-redis',
       'networkpolicy.networking.k8s.io/rollcall-redis',
+      'networkpolicy.networking.k8s.io/rollcall-policy-server-egress',
     ]) {
       assert.match(
         out.stdout,
@@ -184,5 +186,40 @@ describe('deploy/ (kustomize)', () => {
       (e) => e.key === 'app.kubernetes.io/component',
     );
     assert.deepEqual(components?.values, ['watcher', 'worker']);
+  });
+
+  test('policy-server pods reach DNS, and HTTPS and the apiserver anywhere but link-local (cloud metadata)', () => {
+    const np = find(build(), 'NetworkPolicy', 'rollcall-policy-server-egress').spec as {
+      podSelector: { matchLabels: Record<string, string> };
+      policyTypes: string[];
+      egress: {
+        to?: { ipBlock: { cidr: string; except?: string[] } }[];
+        ports: { port: number; protocol: string }[];
+      }[];
+    };
+    // Labels rollcall puts on every policy-server pod, whichever PolicyServer it serves.
+    const podLabels = policyServerLabels('any');
+    for (const [label, value] of Object.entries(np.podSelector.matchLabels))
+      assert.equal(podLabels[label], value, `policy-server pods carry ${label}=${value}`);
+    assert.deepEqual(Object.keys(np.podSelector.matchLabels).sort(), [
+      'app.kubernetes.io/managed-by',
+      'app.kubernetes.io/name',
+    ]);
+    assert.deepEqual(np.policyTypes, ['Egress'], 'ingress (the webhook calls) is left alone');
+    const [dns, https] = np.egress;
+    assert.equal(dns?.to, undefined);
+    assert.deepEqual(
+      dns?.ports.map((p) => `${p.port}/${p.protocol}`),
+      ['53/UDP', '53/TCP'],
+    );
+    assert.deepEqual(https?.to, [
+      { ipBlock: { cidr: '0.0.0.0/0', except: ['169.254.0.0/16'] } },
+      { ipBlock: { cidr: '::/0', except: ['fe80::/10'] } },
+    ]);
+    assert.deepEqual(
+      https?.ports.map((p) => `${p.port}/${p.protocol}`),
+      ['443/TCP', '6443/TCP'],
+    );
+    assert.equal(np.egress.length, 2, 'nothing else: no plain HTTP, no other port');
   });
 });

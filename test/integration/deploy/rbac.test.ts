@@ -1,8 +1,9 @@
 // The RBAC in deploy/, and in charts/rollcall as `helm template` renders it, is enough and not
 // more. Enough: the end-to-end scenario passes with the watcher and the worker running as
 // separate processes under their ServiceAccounts' identities (bearer tokens minted by the
-// TokenRequest API, as a pod would get). Not more: a table of `kubectl auth can-i` checks,
-// printed and asserted, and no wildcard anywhere.
+// TokenRequest API, as a pod would get), and the watcher may list and watch every kind the
+// registry (control-plane/registry.ts) says it watches. Not more: a table of `kubectl auth
+// can-i` checks, printed and asserted, and no wildcard anywhere.
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,6 +16,8 @@ import {
   type V1ValidatingWebhookConfiguration,
 } from '@kubernetes/client-node';
 import type { Policy, PolicyServer } from '../../../api/v1alpha1.ts';
+import { functions } from '../../../control-plane/functions/index.ts';
+import { apiGroupOf, WATCHED_KINDS, watchedKinds } from '../../../control-plane/registry.ts';
 import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 import {
   deleteRollcallObjects,
@@ -77,13 +80,21 @@ function kubeconfigFor(account: string, dir: string): string {
 // [account, verb, resource (kubectl form), namespace or '' for cluster scope, allowed]
 type Check = [account: string, verb: string, resource: string, namespace: string, allowed: boolean];
 const ns = NAMESPACE;
+/** The watcher lists and watches every kind its functions declare (control-plane/registry.ts). */
+const WATCHES: Check[] = watchedKinds(functions).flatMap((kind) => {
+  const { resource, namespaced } = WATCHED_KINDS[kind];
+  const group = apiGroupOf(kind);
+  const target = group === '' ? resource : `${resource}.${group}`;
+  return ['list', 'watch'].map((verb): Check => [
+    'rollcall-watcher',
+    verb,
+    target,
+    namespaced ? ns : '',
+    true,
+  ]);
+});
 const CHECKS: Check[] = [
-  ['rollcall-watcher', 'list', 'policies.rollcall.dev', '', true],
-  ['rollcall-watcher', 'watch', 'policyservers.rollcall.dev', '', true],
-  ['rollcall-watcher', 'watch', 'validatingwebhookconfigurations', '', true],
-  ['rollcall-watcher', 'watch', 'pods', ns, true],
-  ['rollcall-watcher', 'watch', 'deployments.apps', ns, true],
-  ['rollcall-watcher', 'watch', 'replicasets.apps', ns, true],
+  ...WATCHES,
   ['rollcall-watcher', 'create', 'leases.coordination.k8s.io', ns, true],
   ['rollcall-watcher', 'update', 'leases.coordination.k8s.io/rollcall-watcher', ns, true],
   ['rollcall-watcher', 'update', 'leases.coordination.k8s.io/someone-else', ns, false],
@@ -91,8 +102,6 @@ const CHECKS: Check[] = [
   ['rollcall-watcher', 'patch', 'policies.rollcall.dev/status', '', false],
   ['rollcall-watcher', 'patch', 'validatingwebhookconfigurations', '', false],
   ['rollcall-watcher', 'get', 'secrets', ns, false],
-  ['rollcall-watcher', 'list', 'secrets', ns, true],
-  ['rollcall-watcher', 'watch', 'secrets', ns, true],
   ['rollcall-watcher', 'list', 'secrets', 'default', false],
   ['rollcall-worker', 'patch', 'policies.rollcall.dev/status', '', true],
   ['rollcall-worker', 'patch', 'policyservers.rollcall.dev/status', '', true],

@@ -101,8 +101,13 @@ describe('rollcall policy-server on the local cluster', () => {
 
     ({ child, port, startedAt, listeningAt } = await ps.start({
       logName: 'policy-server-it.log',
-      // A later flag wins, as the node agent relies on: start() ends with --port=0.
-      args: ['--port=8443'],
+      // A later flag wins, as the node agent relies on: start() ends with --port=0. The
+      // spec.source bundles below are plain HTTP on loopback, which the server must allow.
+      args: [
+        '--port=8443',
+        '--sources-allow-insecure-http',
+        '--sources-allow-private-destinations',
+      ],
       env: { LOG_LEVEL: 'debug' },
     }));
   });
@@ -301,7 +306,7 @@ describe('rollcall policy-server on the local cluster', () => {
       assert.equal(r[names.mismatch]!.state, 'Failed');
       assert.equal(
         r[names.mismatch]!.message,
-        `spec.source: ${base}/ok.yaml has sha256 ${digest}, but spec.source.sha256 is ${wrong}`,
+        `spec.source: ${base}/ok.yaml does not match spec.source.sha256 ${wrong}`,
       );
       assert.equal(r[names.slow]!.state, 'Loaded');
       assert.equal(r[names.later]!.state, 'Failed');

@@ -19,7 +19,8 @@ import {
   servedGenerationOf,
 } from '../../../control-plane/functions/webhook-core.ts';
 import { reportsFromPods, type PolicyReport } from '../../../api/report.ts';
-import { compact, type ProjectedKind } from '../../../control-plane/projections/store.ts';
+import { compact } from '../../../control-plane/projections/project.ts';
+import type { ProjectedKind } from '../../../control-plane/registry.ts';
 import { freshStores } from '../../support/redis.ts';
 import {
   aDeployment,

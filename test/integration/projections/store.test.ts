@@ -7,11 +7,8 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { KubeObject } from '../../../api/kube.ts';
 import { POLICY_SERVER_RESOURCE_PREFIX } from '../../../control-plane/functions/policyserver-core.ts';
-import {
-  compact,
-  projectPod,
-  type ProjectionStore,
-} from '../../../control-plane/projections/store.ts';
+import { compact, projectPod } from '../../../control-plane/projections/project.ts';
+import type { ProjectionStore } from '../../../control-plane/projections/store.ts';
 import { aPod, aPolicy, reportOf } from '../../fixtures/builders.ts';
 import { freshStores } from '../../support/redis.ts';
 

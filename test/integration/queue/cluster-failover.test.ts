@@ -51,8 +51,8 @@ test(
     const loops = [
       loop('MULTI', () => store.policiesOfServer('ps')),
       loop('MULTI', () => store.policiesOfServer('ps')),
-      loop('bulk add', () => queue.enqueueMany(['server/a', 'server/b', 'policy/c'])),
-      loop('bulk add', () => queue.enqueueMany(['server/a', 'server/b', 'policy/c'])),
+      loop('bulk add', () => queue.enqueueMany(['fan-out/a', 'fan-out/b', 'policy/c'])),
+      loop('bulk add', () => queue.enqueueMany(['fan-out/a', 'fan-out/b', 'policy/c'])),
     ];
     await sleep(1000);
     const owner = await cluster.ownerOf('{rollcall}');

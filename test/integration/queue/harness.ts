@@ -2,10 +2,9 @@
 // of their own, and a recorder of runs.
 
 import { pino } from 'pino';
+import type { Handler, HandlerContext } from '../../../control-plane/queue/process-job.ts';
 import {
   runWorker,
-  type Handler,
-  type HandlerContext,
   type RunningWorker,
   type RunWorkerOptions,
 } from '../../../control-plane/queue/run-worker.ts';

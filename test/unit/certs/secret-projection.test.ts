@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { compact } from '../../../control-plane/projections/store.ts';
+import { compact } from '../../../control-plane/projections/project.ts';
 
 test("a Secret's projection keeps its name, resourceVersion and labels, never its data", () => {
   const kept = {

@@ -334,26 +334,26 @@ spec:
     );
   });
 
-  test('a source policy is downloaded and checked as a replica does: a wrong digest exits 2 naming both', async () => {
+  test('a source policy is checked as a replica of a PolicyServer without spec.sources does: plain HTTP to loopback is refused, exit 2, no connection', async () => {
     const bundle = 'validations:\n  - expression: "true"\n';
+    let connections = 0;
     const server = createServer((_req, res) => res.end(bundle));
+    server.on('connection', () => connections++);
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     try {
       const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/b.yaml`;
-      const good = createHash('sha256').update(bundle).digest('hex');
+      const digest = createHash('sha256').update(bundle).digest('hex');
       const files = scratch({
-        'good.yaml': policyYaml('good', `source: { url: "${url}", sha256: ${good} }`),
-        'bad.yaml': policyYaml('bad', `source: { url: "${url}", sha256: "${'0'.repeat(64)}" }`),
+        'local.yaml': policyYaml('local', `source: { url: "${url}", sha256: ${digest} }`),
         'cm.yaml': 'apiVersion: v1\nkind: ConfigMap\nmetadata: { name: c, namespace: n }\n',
       });
-      const ok = await cli(['eval', join(files, 'good.yaml'), join(files, 'cm.yaml')]);
-      assert.equal(ok.code, 0, ok.stderr);
-      const bad = await cli(['eval', join(files, 'bad.yaml'), join(files, 'cm.yaml')]);
-      assert.equal(bad.code, 2);
+      const ran = await cli(['eval', join(files, 'local.yaml'), join(files, 'cm.yaml')]);
+      assert.equal(ran.code, 2);
       assert.equal(
-        bad.stderr,
-        `rollcall eval: policy bad generation 1 failed to load: spec.source: ${url} has sha256 ${good}, but spec.source.sha256 is ${'0'.repeat(64)}\n`,
+        ran.stderr,
+        `rollcall eval: policy local generation 1 failed to load: spec.source ${url}: plain HTTP, which PolicyServer default does not allow (spec.sources.allowInsecureHTTP); use https://\n`,
       );
+      assert.equal(connections, 0);
     } finally {
       server.close();
     }

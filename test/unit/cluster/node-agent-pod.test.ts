@@ -15,7 +15,7 @@ import {
   terminationGraceMs,
   type AgentPod,
   type ProcessSpecInput,
-} from '../../../tooling/cluster/node-agent-pod.ts';
+} from '../../../tooling/cluster/node-agent/pod.ts';
 
 const IMAGE = 'rollcall:0.1.0';
 

@@ -6,7 +6,7 @@ import {
   route,
   type AgentService,
   type Backend,
-} from '../../../tooling/cluster/node-agent-routing.ts';
+} from '../../../tooling/cluster/node-agent/routing.ts';
 
 const service: AgentService = {
   metadata: { name: 'policy-server-default', namespace: 'rollcall-system' },

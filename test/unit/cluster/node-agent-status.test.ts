@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { agentPodSchema, type AgentPod } from '../../../tooling/cluster/node-agent-pod.ts';
+import { agentPodSchema, type AgentPod } from '../../../tooling/cluster/node-agent/pod.ts';
 import {
   apiTime,
   nextPodIp,
   podStatus,
   statusDiffers,
   type ContainerPhase,
-} from '../../../tooling/cluster/node-agent-status.ts';
+} from '../../../tooling/cluster/node-agent/status.ts';
 
 const T0 = '2026-12-01T10:00:00Z';
 const T1 = '2026-12-01T10:00:05Z';

@@ -1,11 +1,16 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { policy } from '../../../control-plane/functions/policy.ts';
-import { server } from '../../../control-plane/functions/fan-out.ts';
+import { fanOut } from '../../../control-plane/functions/fan-out.ts';
 import { webhook } from '../../../control-plane/functions/webhook.ts';
 import { reportOnlyChange } from '../../../control-plane/functions/policy-keys.ts';
-import type { WatchEvent } from '../../../control-plane/functions/types.ts';
-import { projectPod } from '../../../control-plane/projections/store.ts';
+import type {
+  ClusterIndex,
+  ReconcileFunction,
+  WatchEvent,
+} from '../../../control-plane/functions/types.ts';
+import { projectPod } from '../../../control-plane/projections/project.ts';
+import { keysFor } from '../../../control-plane/registry.ts';
 
 const report = (entries: Record<string, unknown>) => JSON.stringify(entries);
 const pod = ({
@@ -30,6 +35,9 @@ const pod = ({
     },
     status: { conditions: [{ type: 'Ready', status: ready }] },
   });
+/** One function's keys for an event, as the watcher asks the registry. */
+const keysOf = (fn: ReconcileFunction, event: WatchEvent, index: ClusterIndex) =>
+  keysFor([fn], event, index);
 const loaded = { uid: 'uid-p', generation: 1, state: 'Loaded' };
 const failed = { uid: 'uid-p', generation: 1, state: 'Failed', message: 'x' };
 
@@ -98,7 +106,8 @@ describe('the policy function maps pod events to keys', () => {
   });
 
   test('a report flip of one policy enqueues only that policy', () => {
-    const keys = policy.keysFor(
+    const keys = keysOf(
+      policy,
       event(
         pod({ reportJson: report({ p1: loaded, p2: loaded }) }),
         pod({ reportJson: report({ p1: failed, p2: loaded }) }),
@@ -113,11 +122,12 @@ describe('the policy function maps pod events to keys', () => {
       pod({ reportJson: report({ p1: loaded, p2: loaded }) }),
       pod({ reportJson: report({ p1: failed, p2: loaded }) }),
     );
-    assert.deepEqual(webhook.keysFor(flip, index), []);
+    assert.deepEqual(keysOf(webhook, flip, index), []);
   });
 
   test('a report entry for a policy of another server is ignored', () => {
-    const keys = policy.keysFor(
+    const keys = keysOf(
+      policy,
       event(pod({}), pod({ reportJson: report({ elsewhere: loaded }) })),
       index,
     );
@@ -126,8 +136,8 @@ describe('the policy function maps pod events to keys', () => {
 
   test('a readiness change enqueues one fan-out of the server, not its policies', () => {
     const change = event(pod({ ready: 'True' }), pod({ ready: 'False' }));
-    assert.deepEqual(policy.keysFor(change, index), []);
-    assert.deepEqual(server.keysFor(change, index), ['server/a']);
+    assert.deepEqual(keysOf(policy, change, index), []);
+    assert.deepEqual(keysOf(fanOut, change, index), ['fan-out/a']);
   });
 
   test('a report-only change fans out nothing', () => {
@@ -135,7 +145,7 @@ describe('the policy function maps pod events to keys', () => {
       pod({ reportJson: report({ p1: loaded }) }),
       pod({ reportJson: report({ p1: failed }) }),
     );
-    assert.deepEqual(server.keysFor(change, index), []);
+    assert.deepEqual(keysOf(fanOut, change, index), []);
   });
 
   test('a new pod, a ReplicaSet or the PolicyServer fans out their server', () => {
@@ -146,6 +156,6 @@ describe('the policy function maps pod events to keys', () => {
       type: 'modified',
       object: { metadata: { name: 'a' } },
     };
-    for (const e of [added, rs, ps]) assert.deepEqual(server.keysFor(e, index), ['server/a']);
+    for (const e of [added, rs, ps]) assert.deepEqual(keysOf(fanOut, e, index), ['fan-out/a']);
   });
 });

@@ -9,6 +9,7 @@ import { parse } from 'yaml';
 import {
   credentialsTarget,
   inClusterCredentials,
+  isHealthy,
   KubeApiError,
   kubeconfigCredentials,
   loadApiTarget,
@@ -160,6 +161,51 @@ describe('requests and watches', () => {
       { auth: 'Bearer first', type: 'application/json', body: '{"a":1}' },
       { auth: 'Bearer second', type: undefined, body: '' },
     ]);
+  });
+
+  test('sends a PATCH body with the media type it names', async () => {
+    let seen: { method?: string; type?: string; body: string } | undefined;
+    handle = (req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        seen = { method: req.method, type: req.headers['content-type'], body };
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    };
+    await requestJson(target, 'PATCH', '/p/status', {
+      body: { status: { phase: 'Running' } },
+      contentType: 'application/merge-patch+json',
+    });
+    assert.deepEqual(seen, {
+      method: 'PATCH',
+      type: 'application/merge-patch+json',
+      body: '{"status":{"phase":"Running"}}',
+    });
+  });
+
+  test('sends the body of a DELETE (its options), which Node frames only with a Content-Length', async () => {
+    const seen: string[] = [];
+    handle = (req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        seen.push(`${req.method} ${body}`);
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    };
+    await requestJson(target, 'DELETE', '/p', { body: { gracePeriodSeconds: 0 } });
+    await requestJson(target, 'GET', '/p');
+    assert.deepEqual(seen, ['DELETE {"gracePeriodSeconds":0}', 'GET ']);
+  });
+
+  test('reads a health endpoint, whose answer is text: healthy only on 200', async () => {
+    handle = (req, res) =>
+      req.url === '/readyz' ? res.writeHead(200).end('ok') : res.writeHead(500).end('[-]etcd');
+    assert.equal(await isHealthy(target, '/readyz'), true);
+    assert.equal(await isHealthy(target, '/livez'), false);
+    const nobody = credentialsTarget({ server: 'http://127.0.0.1:1' });
+    assert.equal(await isHealthy(nobody, '/readyz'), false);
   });
 
   test("rejects a non-2xx answer with the apiserver's status", async () => {

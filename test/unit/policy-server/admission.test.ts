@@ -1,11 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import {
-  deadlineMs,
-  parseValidatePath,
-  review,
-  type AdmissionDeps,
-} from '../../../data-plane/admission.ts';
+import { deadlineMs, review, type AdmissionDeps } from '../../../data-plane/admission.ts';
 import { InlineEvaluator } from '../../../data-plane/inline.ts';
 import { EvaluationPool, type PoolJob, type PoolOutcome } from '../../../data-plane/pool.ts';
 
@@ -54,16 +49,6 @@ function deps(
 }
 
 describe('an admission request', () => {
-  test('the path names a policy and a generation', () => {
-    assert.deepEqual(parseValidatePath('/validate/require-labels/12'), {
-      policy: 'require-labels',
-      generation: 12,
-    });
-    assert.equal(parseValidatePath('/validate/require-labels'), undefined);
-    assert.equal(parseValidatePath('/validate/p/0'), undefined);
-    assert.equal(parseValidatePath('/validate/P/1'), undefined);
-  });
-
   test('the deadline is timeoutSeconds less 500 ms, and at least 200 ms', () => {
     assert.equal(deadlineMs(10), 9500);
     assert.equal(deadlineMs(1), 500);

@@ -22,6 +22,19 @@ describe('policy-server configuration', () => {
       maxConnections: 1024,
       maxInFlight: 256,
       tlsHandshakeTimeoutSeconds: 10,
+      sources: { allowInsecureHTTP: false, allowPrivateDestinations: false },
+    });
+  });
+
+  test('the spec.sources allowances are flags from the PolicyServer, off without them', () => {
+    const sources = (argv: string[]) => parsePolicyServerConfig(argv, env).sources;
+    assert.deepEqual(sources(['--sources-allow-insecure-http']), {
+      allowInsecureHTTP: true,
+      allowPrivateDestinations: false,
+    });
+    assert.deepEqual(sources(['--sources-allow-private-destinations']), {
+      allowInsecureHTTP: false,
+      allowPrivateDestinations: true,
     });
   });
 

@@ -1,6 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { ConfigError, parseConfig, parseDuration } from '../../../control-plane/config.ts';
+import {
+  ConfigError,
+  formatDuration,
+  parseConfig,
+  parseDuration,
+} from '../../../control-plane/config.ts';
 
 const base = ['--redis-url', 'redis://localhost:6379'];
 
@@ -21,6 +26,21 @@ describe('parseDuration reads Go-style durations', () => {
   for (const [text, ms] of rows)
     test(`${JSON.stringify(text)} is ${ms === undefined ? 'not a duration' : `${ms} ms`}`, () =>
       assert.equal(parseDuration(text), ms));
+});
+
+describe('formatDuration writes what parseDuration reads, in the largest whole unit', () => {
+  const rows: [number, string][] = [
+    [43_800 * 3_600_000, '43800h'],
+    [180_000, '3m'],
+    [90_000, '90s'],
+    [5_400_000, '90m'],
+    [1500, '1500ms'],
+  ];
+  for (const [ms, text] of rows)
+    test(`${ms} ms is ${text}`, () => {
+      assert.equal(formatDuration(ms), text);
+      assert.equal(parseDuration(text), ms);
+    });
 });
 
 describe('certificate and policy-server image settings', () => {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { readReplicaReport } from '../../../api/report.ts';
 import { aPod, aPolicy, aPolicyServer, NOW, reportOf } from '../../fixtures/builders.ts';
-import { projectPod } from '../../../control-plane/projections/store.ts';
+import { projectPod } from '../../../control-plane/projections/project.ts';
 import { cellFor, renderStatusPage, statusModel } from '../../../control-plane/http/status-page.ts';
 
 const annotation = (r: unknown) => readReplicaReport(JSON.stringify(r));

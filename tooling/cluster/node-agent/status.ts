@@ -1,6 +1,6 @@
 // The pod status the local node agent writes for a pod it runs, computed from what it knows
 // about the pod's process. Pure: the agent patches the result through the status subresource.
-import type { AgentContainer, AgentPod, PodCondition } from './node-agent-pod.ts';
+import type { AgentContainer, AgentPod, PodCondition } from './pod.ts';
 
 /** What the agent knows about a pod's container. */
 export type ContainerPhase =
