@@ -3,11 +3,20 @@
 import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';
 import { DEFAULT_POLICY_SERVER_IMAGE, DEFAULT_PROTECTED_NAMESPACES } from '../api/constants.ts';
-import { parseRedisUrl, RedisUrlError } from '../lib/redis/url.ts';
+import { parseRedisUrl, RedisUrlError, withPasswords } from '../lib/redis/url.ts';
+import {
+  CONTROLLER_SERVICE_ACCOUNTS,
+  DEFAULT_POLICY_SERVER_SERVICE_ACCOUNTS,
+  type PolicyServerGuard,
+} from './functions/policyserver-guard.ts';
 
 export interface Config {
   /** HTTP port for probes, metrics, the status page and the queue UI. */
   port: number;
+  /**
+   * --redis-url with REDIS_PASSWORD and REDIS_SENTINEL_PASSWORD put in: a secret, which the
+   * logger censors by this name; show it only through redact().
+   */
   redisUrl: string;
   /** rollcall's namespace: policy servers live here and every webhook excludes it. */
   namespace: string;
@@ -53,6 +62,8 @@ export interface Config {
   servingCertValidityMs: number;
   /** Time for a new CA bundle or certificate to reach the API server and the pods' files. */
   tlsPropagationDelayMs: number;
+  /** What a PolicyServer may name: accounts, image prefixes, protected Secrets (policyserver-guard.ts). */
+  policyServerGuard: Required<PolicyServerGuard>;
 }
 
 const HOUR_MS = 3_600_000;
@@ -92,6 +103,9 @@ const valueFlags = [
   'ca-validity',
   'serving-cert-validity',
   'tls-propagation-delay',
+  'policy-server-service-accounts',
+  'policy-server-images',
+  'policy-server-protected-secrets',
 ];
 /** The flags that are on when given. */
 const switches = ['install-crds', 'ui-local-only', 'ui-allow-actions', 'no-coalesce'];
@@ -104,7 +118,9 @@ const configFlags: Record<string, { type: 'string' | 'boolean' }> = Object.fromE
 export const configHelp = `options (flag, then environment variable, then default):
   --port N               HTTP port (PORT, 8080)
   --redis-url URL        Redis for the queue and projections (REDIS_URL, required): redis://HOST:PORT[/DB],
-                         redis+sentinel://HOST:PORT,HOST:PORT/MASTER[?db=N] or redis+cluster://HOST:PORT,...
+                         redis+sentinel://HOST:PORT,HOST:PORT/MASTER[?db=N] or redis+cluster://HOST:PORT,...;
+                         rediss… for TLS, with ?caFile=PEM for a private CA. Passwords in the URL or, kept out
+                         of it, in REDIS_PASSWORD and (Sentinels) REDIS_SENTINEL_PASSWORD: environment only
   --namespace NS         rollcall's namespace (ROLLCALL_NAMESPACE, rollcall-system)
   --kubeconfig PATH      (KUBECONFIG, else in-cluster config)
   --concurrency N        jobs per worker process (ROLLCALL_CONCURRENCY, 8)
@@ -126,7 +142,13 @@ export const configHelp = `options (flag, then environment variable, then defaul
   --policy-server-image I  image of PolicyServers without spec.image (ROLLCALL_POLICY_SERVER_IMAGE, ${DEFAULT_POLICY_SERVER_IMAGE})
   --ca-validity D        validity of the webhook CA rollcall creates, e.g. 43800h (ROLLCALL_CA_VALIDITY, ${formatDuration(DEFAULT_CA_VALIDITY_MS)} = 5 years)
   --serving-cert-validity D  validity of the serving certificates it issues, e.g. 8760h, 90s (ROLLCALL_SERVING_CERT_VALIDITY, ${formatDuration(DEFAULT_SERVING_CERT_VALIDITY_MS)})
-  --tls-propagation-delay D  how long a CA rotation waits for webhooks and mounted Secrets to update (ROLLCALL_TLS_PROPAGATION_DELAY, ${formatDuration(DEFAULT_TLS_PROPAGATION_DELAY_MS)})`;
+  --tls-propagation-delay D  how long a CA rotation waits for webhooks and mounted Secrets to update (ROLLCALL_TLS_PROPAGATION_DELAY, ${formatDuration(DEFAULT_TLS_PROPAGATION_DELAY_MS)})
+  --policy-server-service-accounts SA,SA  the accounts a PolicyServer's spec.serviceAccountName may name, unset always allowed
+                         (ROLLCALL_POLICY_SERVER_SERVICE_ACCOUNTS, ${DEFAULT_POLICY_SERVER_SERVICE_ACCOUNTS.join(',')}; empty: none;
+                         never ${CONTROLLER_SERVICE_ACCOUNTS.join(' or ')})
+  --policy-server-images P,P  prefixes a PolicyServer's spec.image must start with (ROLLCALL_POLICY_SERVER_IMAGES, empty: any image)
+  --policy-server-protected-secrets S,S  Secrets no PolicyServer may reference, besides rollcall-* and other servers'
+                         policy-server-<name>-tls (ROLLCALL_POLICY_SERVER_PROTECTED_SECRETS, none)`;
 
 /** A namespace's name: a DNS-1123 label. */
 const NAMESPACE_NAME = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -146,6 +168,66 @@ export function parseNamespaceList(text: string): string[] {
       `--protected-namespaces (ROLLCALL_PROTECTED_NAMESPACES) must be namespace names separated by commas, got ${JSON.stringify(bad)}`,
     );
   return [...new Set(names)];
+}
+
+/** A DNS-1123 subdomain: the name of a ServiceAccount or a Secret. */
+const OBJECT_NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+
+const commaList = (text: string) => [
+  ...new Set(
+    text
+      .split(',')
+      .map((item) => item.trim())
+      .filter((item) => item !== ''),
+  ),
+];
+
+/**
+ * What a PolicyServer may name, from the `--policy-server-*` flags (parsed `values`), else
+ * their variables; an empty one counts (an empty account list allows none).
+ */
+export function parsePolicyServerGuard(
+  values: Record<string, string | boolean | undefined>,
+  env: NodeJS.ProcessEnv,
+): Required<PolicyServerGuard> {
+  const text = (flag: string, envName: string): string | undefined => {
+    const value = values[flag];
+    return typeof value === 'string' ? value : env[envName];
+  };
+  const names = (flag: string, envName: string, what: string): string[] | undefined => {
+    const raw = text(flag, envName);
+    if (raw === undefined) return undefined;
+    const list = commaList(raw);
+    const bad = list.find((name) => !OBJECT_NAME.test(name));
+    if (bad !== undefined)
+      throw new ConfigError(
+        `--${flag} (${envName}) must be ${what} names separated by commas, got ${JSON.stringify(bad)}`,
+      );
+    return list;
+  };
+  const serviceAccounts = names(
+    'policy-server-service-accounts',
+    'ROLLCALL_POLICY_SERVER_SERVICE_ACCOUNTS',
+    'ServiceAccount',
+  ) ?? [...DEFAULT_POLICY_SERVER_SERVICE_ACCOUNTS];
+  const controllers = serviceAccounts.filter((a) => CONTROLLER_SERVICE_ACCOUNTS.includes(a));
+  if (controllers.length > 0)
+    throw new ConfigError(
+      `--policy-server-service-accounts (ROLLCALL_POLICY_SERVER_SERVICE_ACCOUNTS) names ${controllers.join(', ')}: rollcall's controllers' accounts (${CONTROLLER_SERVICE_ACCOUNTS.join(', ')}) are never a PolicyServer's, whatever this flag says; list the policy servers' own accounts (default ${DEFAULT_POLICY_SERVER_SERVICE_ACCOUNTS.join(',')})`,
+    );
+  const images = commaList(text('policy-server-images', 'ROLLCALL_POLICY_SERVER_IMAGES') ?? '');
+  const badImage = images.find((prefix) => /\s/.test(prefix));
+  if (badImage !== undefined)
+    throw new ConfigError(
+      `--policy-server-images (ROLLCALL_POLICY_SERVER_IMAGES) must be image prefixes such as registry.example/policy/ separated by commas, got ${JSON.stringify(badImage)}`,
+    );
+  const protectedSecrets =
+    names(
+      'policy-server-protected-secrets',
+      'ROLLCALL_POLICY_SERVER_PROTECTED_SECRETS',
+      'Secret',
+    ) ?? [];
+  return { serviceAccounts, images, protectedSecrets };
 }
 
 /**
@@ -206,10 +288,16 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
     const raw = str(flag, envName);
     return raw === undefined ? undefined : wholeNumber(flag, envName, raw, min);
   };
-  const redisUrl = str('redis-url', 'REDIS_URL');
-  if (!redisUrl)
+  const givenRedisUrl = str('redis-url', 'REDIS_URL');
+  if (!givenRedisUrl)
     throw new ConfigError('no Redis: pass --redis-url redis://HOST:6379 or set REDIS_URL');
+  let redisUrl: string;
   try {
+    // Passwords from the environment (a Secret's keys), never from flags: argv is public.
+    redisUrl = withPasswords(givenRedisUrl, {
+      password: env.REDIS_PASSWORD || undefined,
+      sentinelPassword: env.REDIS_SENTINEL_PASSWORD || undefined,
+    });
     parseRedisUrl(redisUrl);
   } catch (err) {
     if (err instanceof RedisUrlError) throw new ConfigError(err.message);
@@ -279,5 +367,6 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
       DEFAULT_TLS_PROPAGATION_DELAY_MS,
       1_000,
     ),
+    policyServerGuard: parsePolicyServerGuard(values, env),
   };
 }

@@ -35,6 +35,8 @@ export interface WatchableKind {
   namespaced: boolean;
   /** Only these objects are listed and watched. */
   labelSelector?: string;
+  /** Listed and watched as metadata only: the apiserver never sends the rest (a Secret's data). */
+  metadataOnly?: boolean;
   /**
    * Its projection (control-plane/projections/project.ts): the informer's transform, and the
    * Redis hash the objects are kept in.
@@ -95,9 +97,15 @@ export const WATCHED_KINDS = {
     projection: 'webhook',
   },
   // The webhook CA, the serving certificates and caSecretRef Secrets (cert-manager's carry no
-  // label of ours, hence every Secret of the namespace). Metadata only: the projection drops
-  // the data, so private keys never reach memory or Redis.
-  Secret: { apiVersion: 'v1', resource: 'secrets', namespaced: true, projection: 'secret' },
+  // label of ours, hence every Secret of the namespace). Metadata only, as the apiserver sends
+  // them: private keys never reach the watcher's memory, nor Redis.
+  Secret: {
+    apiVersion: 'v1',
+    resource: 'secrets',
+    namespaced: true,
+    metadataOnly: true,
+    projection: 'secret',
+  },
 } as const satisfies Record<string, WatchableKind>;
 
 export type WatchedKind = keyof typeof WATCHED_KINDS;
@@ -113,6 +121,8 @@ export interface WatchSpec {
   /** The collection's API path, listed and watched. */
   path: string;
   labelSelector?: string;
+  /** List and watch metadata only (WatchableKind.metadataOnly). */
+  metadataOnly: boolean;
   keysPerServer: boolean;
 }
 
@@ -144,6 +154,7 @@ export function watchList(functions: readonly ReconcileFunction[], namespace: st
       projection: spec.projection as ProjectedKind,
       path: apiPath(kind, namespace),
       ...(spec.labelSelector === undefined ? {} : { labelSelector: spec.labelSelector }),
+      metadataOnly: spec.metadataOnly ?? false,
       keysPerServer: spec.keysPerServer ?? false,
     };
   });

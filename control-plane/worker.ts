@@ -54,6 +54,7 @@ export function functionConfig(config: Config): FunctionConfig {
     caValidityMs: config.caValidityMs,
     servingCertValidityMs: config.servingCertValidityMs,
     tlsPropagationDelayMs: config.tlsPropagationDelayMs,
+    policyServerGuard: config.policyServerGuard,
   };
 }
 

@@ -18,6 +18,11 @@ export interface PolicyServerConfig {
   address: string;
   /** Directory holding `tls.crt` and `tls.key` (a mounted kubernetes.io/tls Secret). */
   tlsDir: string;
+  /**
+   * PEM bundle of the CAs whose client certificates may send AdmissionReviews (the
+   * apiserver's, from its admission-control kubeconfig); undefined: any client may.
+   */
+  clientCaFile: string | undefined;
   /** Path to a kubeconfig; undefined: in-cluster. */
   kubeconfig: string | undefined;
   /** The PolicyServer this replica belongs to: it loads the Policies assigned to it. */
@@ -56,6 +61,7 @@ const flags = {
   port: { type: 'string' },
   address: { type: 'string' },
   'tls-dir': { type: 'string' },
+  'client-ca-file': { type: 'string' },
   kubeconfig: { type: 'string' },
   server: { type: 'string' },
   pod: { type: 'string' },
@@ -84,6 +90,9 @@ options (flag, then environment variable, then default; a later flag wins):
   --port N            HTTPS port (PORT, ${POLICY_SERVER_CONTAINER_PORT})
   --address IP        interface to bind (0.0.0.0)
   --tls-dir DIR       tls.crt and tls.key, reloaded when they change (ROLLCALL_TLS_DIR, ${POLICY_SERVER_TLS_DIR})
+  --client-ca-file PATH  admission requests must come with a client certificate these CAs
+                      signed, such as the apiserver's (ROLLCALL_CLIENT_CA_FILE; unset: any
+                      client); probes and /metrics need none
   --kubeconfig PATH   (KUBECONFIG, else in-cluster config)
   --server NAME       the PolicyServer this replica serves (${POLICY_SERVER_ENV.server}, required)
   --pod NAME          this pod, which carries the report (${POLICY_SERVER_ENV.pod}, required)
@@ -170,6 +179,7 @@ export function parsePolicyServerConfig(
     port: int('port', 'PORT', POLICY_SERVER_CONTAINER_PORT, 0, 65535),
     address: str('address', undefined, '0.0.0.0')!,
     tlsDir: str('tls-dir', 'ROLLCALL_TLS_DIR', POLICY_SERVER_TLS_DIR)!,
+    clientCaFile: str('client-ca-file', 'ROLLCALL_CLIENT_CA_FILE'),
     kubeconfig: str('kubeconfig', 'KUBECONFIG'),
     server,
     pod,

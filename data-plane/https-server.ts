@@ -4,9 +4,12 @@
  * admission latency is the product, and the body cap must apply while reading. Limits on the
  * way in bound what clients can hold: connections, TLS handshakes, bodies, requests in flight.
  */
+import { X509Certificate } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import { Socket } from 'node:net';
+import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import { POLICY_SERVER_LIVENESS_PATH, POLICY_SERVER_READINESS_PATH } from '../api/constants.ts';
 import { parseWebhookPath } from '../api/webhook-path.ts';
@@ -54,6 +57,13 @@ export interface HttpsServerOptions {
   admission: AdmissionDeps;
   /** Defaults: DEFAULT_INGRESS_LIMITS. */
   limits?: Partial<IngressLimits>;
+  /**
+   * A PEM bundle of CAs (`--client-ca-file`): an AdmissionReview is then answered only on a
+   * connection whose client certificate one of them signed, such as the apiserver's. Probes
+   * and /metrics still need none (the kubelet presents no certificate), so the handshake asks
+   * for one without insisting, and the admission path checks it. Unset: any client.
+   */
+  clientCaFile?: string;
 }
 
 export interface PolicyHttpsServer {
@@ -166,13 +176,41 @@ class InFlight {
 interface Ingress {
   maxReviewBytes: number;
   inFlight: InFlight;
+  /** `--client-ca-file` was given: admission needs a verified client certificate. */
+  clientCertificates: boolean;
+}
+
+/** Reads the client CA bundle; throws saying which file and what is wrong with it. */
+export async function readClientCa(path: string): Promise<Buffer> {
+  const problem = (what: string) => new Error(`--client-ca-file ${path}: ${what}`);
+  let pem: Buffer;
+  try {
+    pem = await readFile(path);
+  } catch (err) {
+    throw problem((err as Error).message);
+  }
+  const blocks = pem
+    .toString('utf8')
+    .match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g);
+  if (!blocks) throw problem('holds no PEM certificate');
+  blocks.forEach((block, i) => {
+    try {
+      new X509Certificate(block);
+    } catch (err) {
+      throw problem(`certificate ${i + 1} does not parse: ${(err as Error).message}`);
+    }
+  });
+  return pem;
 }
 
 export async function startHttpsServer(options: HttpsServerOptions): Promise<PolicyHttpsServer> {
   const limits = { ...DEFAULT_INGRESS_LIMITS, ...options.limits };
+  const clientCa =
+    options.clientCaFile === undefined ? undefined : await readClientCa(options.clientCaFile);
   const ingress: Ingress = {
     maxReviewBytes: limits.maxReviewBytes,
     inFlight: new InFlight(limits.maxInFlight),
+    clientCertificates: clientCa !== undefined,
   };
   const server = createServer(
     {
@@ -180,6 +218,7 @@ export async function startHttpsServer(options: HttpsServerOptions): Promise<Pol
       // How often the request and headers timeouts below are checked (Node's default, 30 s,
       // would let a silent connection stay up to 30 s past them).
       connectionsCheckingInterval: 5_000,
+      ...(clientCa && { requestCert: true, rejectUnauthorized: false, ca: clientCa }),
     },
     (req, res) => {
       handle(req, res, options, ingress).catch((err: unknown) => {
@@ -216,7 +255,13 @@ export async function startHttpsServer(options: HttpsServerOptions): Promise<Pol
   return {
     server,
     port: typeof address === 'object' && address ? address.port : options.port,
-    setCertificate: (pair) => server.setSecureContext({ cert: pair.cert, key: pair.key }),
+    // A new context replaces the whole old one: the client CAs go into it again.
+    setCertificate: (pair) =>
+      server.setSecureContext({
+        cert: pair.cert,
+        key: pair.key,
+        ...(clientCa && { ca: clientCa }),
+      }),
     close: (graceMs = 5000) =>
       new Promise<void>((resolve) => {
         // Requests in flight get their answer; idle keep-alive connections (the apiserver
@@ -257,6 +302,8 @@ async function handle(
   const target = parseWebhookPath(path);
   if (!target) return send(res, 404, { error: 'expected POST /validate/<policy>/<generation>' });
   if (req.method !== 'POST') return send(res, 405, { error: 'use POST' });
+  if (ingress.clientCertificates && !(req.socket as TLSSocket).authorized)
+    return refuseUnauthenticated(req, res);
 
   const max = ingress.maxReviewBytes;
   const declared = Number(req.headers['content-length'] ?? 0);
@@ -331,6 +378,24 @@ function tooLarge(
     res,
     413,
     { error: `an AdmissionReview may be at most ${max} bytes (--max-review-bytes)` },
+    { connection: 'close' },
+  );
+  res.on('finish', () => req.destroy());
+}
+
+/** An admission request without a client certificate of the CAs: refused unread. */
+function refuseUnauthenticated(req: IncomingMessage, res: ServerResponse): void {
+  const socket = req.socket as TLSSocket;
+  const presented = Object.keys(socket.getPeerCertificate()).length > 0;
+  const why = presented
+    ? `the one presented is not: ${String(socket.authorizationError)}`
+    : 'none was presented';
+  send(
+    res,
+    403,
+    {
+      error: `admission requests need a client certificate signed by a CA of --client-ca-file; ${why}`,
+    },
     { connection: 'close' },
   );
   res.on('finish', () => req.destroy());

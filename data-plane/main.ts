@@ -74,6 +74,7 @@ export async function startPolicyServer(
     address: config.address,
     logger,
     metrics,
+    clientCaFile: config.clientCaFile,
     limits: {
       maxReviewBytes: config.maxReviewBytes,
       maxConnections: config.maxConnections,

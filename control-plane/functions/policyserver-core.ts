@@ -9,16 +9,20 @@
  * Deployment and Service disappear with their PolicyServer.
  *
  * A PolicyServer without `spec.image` runs rollcall's own image as `rollcall policy-server`,
- * with its serving certificate Secret mounted at POLICY_SERVER_TLS_DIR and HTTPS probes; one
- * with an image runs that image's own entrypoint, and rollcall mounts nothing into it.
+ * with its serving certificate Secret mounted at POLICY_SERVER_TLS_DIR and HTTPS probes, as
+ * the image's user on a read-only root with /tmp writable, and default resources; one with an
+ * image runs that image's own entrypoint, and rollcall mounts nothing into it. Every pod runs
+ * non-root, without capabilities or privilege escalation, and without Service links.
  *
  * Status follows kstatus' Deployment rules: Current → Ready; ProgressDeadlineExceeded
  * → Stalled; anything still converging → Reconciling, with kstatus' reason.
  */
 import type {
+  V1Container,
   V1Deployment,
   V1EnvVar,
   V1ObjectMeta,
+  V1PodSpec,
   V1ResourceRequirements,
   V1Service,
 } from '@kubernetes/client-node';
@@ -143,6 +147,73 @@ function downwardEnv(serverName: string): V1EnvVar[] {
   ];
 }
 
+/** The image's user and group (Dockerfile: `USER 1000:1000`), numeric so the kubelet can verify it. */
+export const POLICY_SERVER_UID = 1000;
+/** The pod volume at /tmp: the only writable place of rollcall's image (its root is read-only). */
+export const POLICY_SERVER_TMP_VOLUME = 'tmp';
+
+/**
+ * rollcall's image when spec.resources is absent (spec.resources replaces it whole). The
+ * memory limit is the worst case docs/policy-server.md gives for the default 8 evaluation
+ * threads, (8 + 1) × 256 MiB, and a margin: it bounds a runaway replica, not a busy one. No
+ * CPU limit: throttling would add to every admission's latency.
+ */
+export const DEFAULT_POLICY_SERVER_RESOURCES = {
+  requests: { cpu: '100m', memory: '128Mi' },
+  limits: { memory: '2560Mi' },
+} as const satisfies V1ResourceRequirements;
+
+/**
+ * What rollcall's own image gets besides the container: its user (so the kubelet can check
+ * runAsNonRoot and the certificate files' group can be the process's), the certificate
+ * Secret readable by that group only, and /tmp. Another image's user and writable paths are
+ * its own business: it gets runAsNonRoot and no volume.
+ */
+function ownImagePod(server: PolicyServer): Pick<V1PodSpec, 'securityContext' | 'volumes'> {
+  return {
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: POLICY_SERVER_UID,
+      runAsGroup: POLICY_SERVER_UID,
+      // The kubelet gives the secret volume's files (owned by root) this group: with mode
+      // 0440 the process reads them through its group, and no other user may.
+      fsGroup: POLICY_SERVER_UID,
+      seccompProfile: { type: 'RuntimeDefault' },
+    },
+    volumes: [
+      {
+        name: POLICY_SERVER_TLS_VOLUME,
+        secret: { secretName: tlsSecretNameOf(server), defaultMode: 0o440 },
+      },
+      { name: POLICY_SERVER_TMP_VOLUME, emptyDir: { sizeLimit: '16Mi' } },
+    ],
+  };
+}
+
+/** The container of rollcall's own image: its arguments, liveness probe, mounts and read-only root. */
+function ownImageContainer(server: PolicyServer): Partial<V1Container> {
+  return {
+    args: policyServerArgs(server.spec.sources),
+    livenessProbe: {
+      httpGet: { path: POLICY_SERVER_LIVENESS_PATH, port: 'https', scheme: 'HTTPS' },
+      periodSeconds: 10,
+      failureThreshold: 3,
+    },
+    volumeMounts: [
+      { name: POLICY_SERVER_TLS_VOLUME, mountPath: POLICY_SERVER_TLS_DIR, readOnly: true },
+      { name: POLICY_SERVER_TMP_VOLUME, mountPath: '/tmp' },
+    ],
+    securityContext: {
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'] },
+    },
+    resources: server.spec.resources
+      ? quantitiesAsStrings(server.spec.resources)
+      : structuredClone(DEFAULT_POLICY_SERVER_RESOURCES),
+  };
+}
+
 export function desiredDeployment(
   server: PolicyServer,
   options: PolicyServerOptions,
@@ -150,9 +221,8 @@ export function desiredDeployment(
   const name = server.metadata.name;
   const labels = policyServerLabels(name);
   const { spec } = server;
-  // rollcall's own image: its arguments, the certificate volume and both probes.
+  // rollcall's own image: its arguments, the certificate volume, both probes and its user.
   const own = spec.image === undefined;
-  const probe = (path: string) => ({ path, port: 'https', scheme: 'HTTPS' });
   return {
     apiVersion: 'apps/v1',
     kind: 'Deployment',
@@ -167,50 +237,26 @@ export function desiredDeployment(
           ...(spec.serviceAccountName === undefined
             ? {}
             : { serviceAccountName: spec.serviceAccountName }),
+          // The pod needs no environment variables for the namespace's Services.
+          enableServiceLinks: false,
           // Pod Security `restricted`, which rollcall's namespace enforces: the image must
           // run as a non-root user.
           securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
-          ...(own
-            ? {
-                volumes: [
-                  {
-                    name: POLICY_SERVER_TLS_VOLUME,
-                    secret: { secretName: tlsSecretNameOf(server) },
-                  },
-                ],
-              }
-            : {}),
+          ...(own ? ownImagePod(server) : {}),
           containers: [
             {
               name: POLICY_SERVER_CONTAINER,
               image: policyServerImage(server, options),
-              ...(own ? { args: policyServerArgs(spec.sources) } : {}),
               ports: [
                 { name: 'https', containerPort: POLICY_SERVER_CONTAINER_PORT, protocol: 'TCP' },
               ],
               env: [...(spec.env ?? []), ...downwardEnv(name)],
               readinessProbe: {
-                httpGet: probe(POLICY_SERVER_READINESS_PATH),
+                httpGet: { path: POLICY_SERVER_READINESS_PATH, port: 'https', scheme: 'HTTPS' },
                 // rollcall's server is Ready once its policies loaded: say so quickly.
                 periodSeconds: own ? 2 : 5,
                 failureThreshold: 3,
               },
-              ...(own
-                ? {
-                    livenessProbe: {
-                      httpGet: probe(POLICY_SERVER_LIVENESS_PATH),
-                      periodSeconds: 10,
-                      failureThreshold: 3,
-                    },
-                    volumeMounts: [
-                      {
-                        name: POLICY_SERVER_TLS_VOLUME,
-                        mountPath: POLICY_SERVER_TLS_DIR,
-                        readOnly: true,
-                      },
-                    ],
-                  }
-                : {}),
               securityContext: {
                 allowPrivilegeEscalation: false,
                 capabilities: { drop: ['ALL'] },
@@ -218,6 +264,7 @@ export function desiredDeployment(
               ...(spec.resources === undefined
                 ? {}
                 : { resources: quantitiesAsStrings(spec.resources) }),
+              ...(own ? ownImageContainer(server) : {}),
             },
           ],
         },
@@ -323,6 +370,7 @@ function readinessFrom(
  */
 export interface TlsState {
   certificate?: PolicyServerCertificate;
+  /** Also why the spec may not run at all (policyserver-guard.ts): Stalled all the same. */
   problem?: { reason: string; message: string };
 }
 

@@ -5,15 +5,20 @@
 // certificate from rollcall (managed-tls.ts), with a delayed re-run at its renewal time or the
 // CA rotation's next step; a server with spec.caSecretRef has that Secret checked (Stalled
 // when its webhooks could not trust it) and a re-run when its certificate nears expiry.
+// Before anything, policyserver-guard.ts decides whether the spec may run at all: a refused
+// one is Stalled (ForbiddenReference) and nothing is applied or read for it.
 import { createHash } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import { API_VERSION, APPLIED_HASH_ANNOTATION, POLICY_SERVER_LABEL } from '../../api/constants.ts';
+import type { Deployment } from '../../api/kube.ts';
 import type { PolicyServer } from '../../api/v1alpha1.ts';
-import { done, requeueAfter, terminal } from '../queue/index.ts';
+import { done, requeueAfter, terminal, type Outcome } from '../queue/index.ts';
 import { ensureServingSecret, ensureWebhookCa } from './managed-tls.ts';
 import { renewalDelayMs, usesManagedTls } from './managed-tls-core.ts';
 import { notSyncedDelayMs, ownName, serversOfSecret } from './policy-keys.ts';
+import { refusalCondition, refusePolicyServer, type Refusal } from './policyserver-guard.ts';
 import {
+  computePolicyServerStatus,
   planPolicyServer,
   policyServerResourceName,
   servingSecretName,
@@ -53,14 +58,13 @@ export const policyServer: ReconcileFunction = {
     if (view.invalid) return terminal(`PolicyServer ${name} could not be read: ${view.invalid}`);
     const server = view.policyServer;
     if (!server) return done(); // deleted: owner references remove its Deployment, Service, Secret
+    const refusal = refusePolicyServer(server, ctx.config.policyServerGuard);
+    if (refusal !== undefined) return refuse(ctx, server, view.deployment, refusal);
 
     // The certificate before the Deployment, so the pods find the Secret they mount.
     const { tls, recheckAt } = await serverTls(ctx, server);
 
-    const options = {
-      namespace: ctx.config.namespace,
-      policyServerImage: ctx.config.policyServerImage,
-    };
+    const options = serverOptions(ctx);
     const plan = planPolicyServer(server, view.deployment, options, ctx.now(), tls);
     // Apply only when what rollcall wants changed: the Deployment carries a hash of it.
     const hash = createHash('sha256')
@@ -107,6 +111,32 @@ export const policyServer: ReconcileFunction = {
     return recheckAt === undefined ? done() : requeueAfter(renewalDelayMs(recheckAt, ctx.now()));
   },
 };
+
+const serverOptions = (ctx: FunctionContext) => ({
+  namespace: ctx.config.namespace,
+  policyServerImage: ctx.config.policyServerImage,
+});
+
+/**
+ * A spec that names what a PolicyServer may not: Stalled with what to fix, and nothing applied
+ * (nor its Secrets read). Not an error of rollcall's: the next change of the server runs it again.
+ */
+async function refuse(
+  ctx: FunctionContext,
+  server: PolicyServer,
+  deployment: Deployment | undefined,
+  refusal: Refusal,
+): Promise<Outcome> {
+  const problem = refusalCondition(server, refusal, deployment !== undefined);
+  const status = computePolicyServerStatus(server, deployment, ctx.now(), serverOptions(ctx), {
+    problem,
+  });
+  if (!isDeepStrictEqual(status, server.status)) {
+    if (await ctx.kube.patchStatus('policyservers', server.metadata.name, status, server))
+      ctx.log.warn({ reason: problem.reason, message: problem.message }, 'policy server refused');
+  }
+  return done();
+}
 
 /** The server's TLS for its status, and when it needs a look again (renewal, rotation, expiry). */
 async function serverTls(

@@ -9,6 +9,7 @@ import type { ProjectionStore } from '../projections/store.ts';
 import type { WatchedKind } from '../registry.ts';
 import type { EventRecorder } from './event-recorder.ts';
 import type { KubeWriter } from './kube-writer.ts';
+import type { PolicyServerGuard } from './policyserver-guard.ts';
 
 export interface WatchedObject {
   metadata?: { name?: string; labels?: Record<string, string> };
@@ -53,6 +54,8 @@ export interface FunctionConfig {
   servingCertValidityMs?: number;
   /** Time for a new CA bundle or certificate to reach the API server and the pods; default 3 min. */
   tlsPropagationDelayMs?: number;
+  /** What a PolicyServer may name (policyserver-guard.ts); default its defaults. */
+  policyServerGuard?: PolicyServerGuard;
 }
 
 /** Where a run spends its time (rollcall_function_stage_seconds, the bench's latency breakdown). */

@@ -1,6 +1,8 @@
 // Guards for the operator UIs (status page and queue UI): basic auth, loopback-only access,
 // and a same-origin check on writes. Browsers resend basic-auth credentials on their own,
-// so any request that changes something must prove it came from our own pages.
+// so any request that changes something must prove it came from our own pages. Loopback-only
+// also means a loopback Host: a site whose name an attacker re-points at 127.0.0.1 (DNS
+// rebinding) makes the victim's browser send its requests from loopback, under its own Host.
 import type { Context, MiddlewareHandler } from 'hono';
 import { basicAuth } from 'hono/basic-auth';
 import { getConnInfo } from '@hono/node-server/conninfo';
@@ -23,6 +25,21 @@ export function uiDisabledReason(access: UiAccess): string | undefined {
 export function isLoopback(address: string | undefined): boolean {
   if (!address) return false;
   return address === '::1' || address.startsWith('127.') || address.startsWith('::ffff:127.');
+}
+
+/**
+ * True for a Host (or URL host) naming the loopback interface, with or without a port:
+ * `localhost`, an IPv4 literal in 127/8, `[::1]`. Any other name may be one an attacker's
+ * DNS answers with 127.0.0.1. Pure.
+ */
+export function isLoopbackHost(host: string | undefined): boolean {
+  if (!host) return false;
+  const name = host
+    .toLowerCase()
+    .replace(/:\d*$/, '')
+    .replace(/^\[(.*)\]$/, '$1');
+  if (name === 'localhost' || name === '::1') return true;
+  return /^127(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/.test(name);
 }
 
 const safeMethods = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -50,6 +67,14 @@ function remoteAddress(c: Context): string | undefined {
   }
 }
 
+/** The request names loopback: its Host header (when it has one) and its URL's host. */
+function namesLoopback(c: Context): boolean {
+  const header = c.req.header('host');
+  return (
+    (header === undefined || isLoopbackHost(header)) && isLoopbackHost(new URL(c.req.url).host)
+  );
+}
+
 /** One middleware for every UI route: off, loopback check, basic auth, method and origin checks. */
 export function uiGuard(access: UiAccess): MiddlewareHandler {
   const disabled = uiDisabledReason(access);
@@ -61,6 +86,11 @@ export function uiGuard(access: UiAccess): MiddlewareHandler {
     if (disabled) return c.text(disabled, 403);
     if (access.localOnly && !isLoopback(remoteAddress(c)))
       return c.text('the UIs are served to loopback clients only (--ui-local-only)', 403);
+    if (access.localOnly && !namesLoopback(c))
+      return c.text(
+        `the UIs answer to localhost, 127.0.0.1 or [::1] only (--ui-local-only), not to ${new URL(c.req.url).host}: browse to http://localhost:<port>/`,
+        421,
+      );
     // basicAuth throws an HTTPException (401 with WWW-Authenticate) on missing or wrong credentials.
     if (auth) await auth(c, async () => {});
     if (access.readOnly && !safeMethods.has(c.req.method))

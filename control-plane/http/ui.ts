@@ -1,4 +1,5 @@
-// Mounts the operator UIs (status page at `/`, Bull Board at `/queues`) behind one guard.
+// Mounts the operator UIs (status page at `/`, Bull Board at `/queues`) behind one guard,
+// with the headers that keep other sites from framing them.
 import type { Queue } from 'bullmq';
 import type { Hono } from 'hono';
 import type { Logger } from 'pino';
@@ -6,6 +7,7 @@ import type { ProjectionStore } from '../projections/store.ts';
 import { uiDisabledReason, uiGuard, type UiAccess } from './auth.ts';
 import { mountQueueUi, queueUiPath } from './queue-ui.ts';
 import { mountStatusPage } from './status-page.ts';
+import { uiHeaders } from './ui-headers.ts';
 
 export interface UiOptions {
   access: UiAccess;
@@ -17,9 +19,8 @@ export interface UiOptions {
 
 export function mountUis(app: Hono, opts: UiOptions): void {
   const guard = uiGuard(opts.access);
-  app.use('/', guard);
-  app.use(queueUiPath, guard);
-  app.use(`${queueUiPath}/*`, guard);
+  const headers = uiHeaders();
+  for (const path of ['/', queueUiPath, `${queueUiPath}/*`]) app.use(path, headers, guard);
   const off = uiDisabledReason(opts.access);
   if (off) {
     opts.logger.warn(off);

@@ -167,9 +167,10 @@ export class Watcher {
         api: this.options.api,
         path: w.path,
         labelSelector: w.labelSelector,
+        metadataOnly: w.metadataOnly,
         // The informers keep each object as its compact projection, as controller-runtime's
         // cache transforms do: no managed fields, specs or annotations rollcall never reads
-        // (and no Secret data: private keys never reach memory or Redis).
+        // (and no Secret data, which the apiserver does not even send: metadataOnly).
         transform: (obj) => compact(w.projection, obj) as KubernetesObject,
         staleAfterMs: this.options.staleAfterMs,
         resyncMs: 0, // one resync timer for all kinds, below

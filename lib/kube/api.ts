@@ -198,8 +198,20 @@ interface SendOptions {
   body?: unknown;
   /** The body's media type, `application/json` unless given (a PATCH names its kind). */
   contentType?: string;
+  /** The answer's media type, `application/json` unless given (see METADATA_ONLY). */
+  accept?: string;
   signal?: AbortSignal | undefined;
 }
+
+/**
+ * Accept headers that make the apiserver answer with objects' metadata only
+ * (PartialObjectMetadata, as client-go's metadata client asks): a list, and a watch's events.
+ * No fallback to whole objects: an apiserver that cannot answer so refuses (406).
+ */
+export const METADATA_ONLY = {
+  list: 'application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1',
+  watch: 'application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1',
+} as const;
 
 /** Sends one request and resolves with the response once its headers arrive. */
 async function send(
@@ -219,7 +231,7 @@ async function send(
       ...base,
       method,
       headers: {
-        Accept: 'application/json',
+        Accept: options.accept ?? 'application/json',
         // Content-Length, not left to Node: it frames the body of a DELETE only so.
         ...(payload !== undefined && {
           'Content-Type': options.contentType ?? 'application/json',
@@ -293,8 +305,9 @@ export function getJson(
   path: string,
   query: Query,
   signal?: AbortSignal,
+  accept?: string,
 ): Promise<unknown> {
-  return requestJson(target, 'GET', path, { query, ...(signal && { signal }) });
+  return requestJson(target, 'GET', path, { query, ...(signal && { signal }), accept });
 }
 
 /**
@@ -308,8 +321,9 @@ export async function watchJson(
   query: Query,
   onEvent: (type: string, object: unknown) => void,
   signal?: AbortSignal,
+  accept?: string,
 ): Promise<void> {
-  const res = await send(target, 'GET', path, { query: { ...query, watch: true }, signal });
+  const res = await send(target, 'GET', path, { query: { ...query, watch: true }, signal, accept });
   const code = res.statusCode ?? 0;
   if (code < 200 || code >= 300) await answer(res); // rejects with the apiserver's Status
   res.setEncoding('utf8');

@@ -5,7 +5,14 @@ import type { KubernetesObject } from '@kubernetes/client-node';
 import { z } from 'zod';
 import { statusCodeOf } from './errors.ts';
 import { backoffDelay, spread, type BackoffOptions } from '../backoff.ts';
-import { asStatus, getJson, watchJson, type ApiTarget, type KubeStatus } from './api.ts';
+import {
+  asStatus,
+  getJson,
+  METADATA_ONLY,
+  watchJson,
+  type ApiTarget,
+  type KubeStatus,
+} from './api.ts';
 
 /** The event types a watch stream carries. */
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
@@ -74,6 +81,11 @@ export interface ReflectorOptions<T extends KubernetesObject> extends ReflectorH
   path: string;
   labelSelector?: string;
   fieldSelector?: string;
+  /**
+   * List and watch the objects' metadata only (PartialObjectMetadata, kind
+   * `PartialObjectMetadata`): the apiserver never sends the rest, e.g. a Secret's data.
+   */
+  metadataOnly?: boolean;
   /** Applied to every listed or watched object before it is stored or delivered (e.g. to drop a Secret's data). */
   transform?: (obj: T) => T;
   /** Objects per list page (`limit`). Default 500. */
@@ -159,7 +171,11 @@ const listSchema = z.looseObject({
   apiVersion: z.string().optional(),
   kind: z.string().optional(),
   metadata: z.looseObject({ resourceVersion: z.string(), continue: z.string().optional() }),
-  items: z.array(objectSchema),
+  // An empty PartialObjectMetadataList says `items: null`.
+  items: z
+    .array(objectSchema)
+    .nullish()
+    .transform((items) => items ?? []),
 });
 
 /** The reflector's retries: 200 ms doubling to 30 s, 50 % jitter. */
@@ -321,7 +337,7 @@ export class Reflector<T extends KubernetesObject> {
 
   /** Lists every page, reconciles the store with it and delivers the difference. */
   async #relist(signal: AbortSignal): Promise<void> {
-    const { api, path, labelSelector, fieldSelector, pageSize = 500 } = this.#options;
+    const { api, path, labelSelector, fieldSelector, metadataOnly, pageSize = 500 } = this.#options;
     const items: T[] = [];
     let resourceVersion = '';
     let continueToken: string | undefined;
@@ -332,6 +348,7 @@ export class Reflector<T extends KubernetesObject> {
           path,
           { labelSelector, fieldSelector, limit: pageSize, continue: continueToken },
           signal,
+          metadataOnly ? METADATA_ONLY.list : undefined,
         ),
       );
       // List items carry no apiVersion/kind; fill them in so consumers see the same shape as from the watch.
@@ -427,7 +444,14 @@ export class Reflector<T extends KubernetesObject> {
     const connection = new AbortController();
     const watching = ended
       ? Promise.resolve()
-      : watchJson(api, path, query, onEvent, connection.signal).then(
+      : watchJson(
+          api,
+          path,
+          query,
+          onEvent,
+          connection.signal,
+          this.#options.metadataOnly ? METADATA_ONLY.watch : undefined,
+        ).then(
           () => end({ reason: 'closed' }),
           (err: unknown) => end(errOutcome(err)),
         );

@@ -3,8 +3,10 @@
 // topology-specific lives here: the client, the key prefix, key listing and the primary's
 // address; the rest of rollcall is the same code on all three.
 
+import { readFileSync } from 'node:fs';
+import type { ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { parseRedisUrl, type RedisTarget } from './url.ts';
+import { parseRedisUrl, RedisUrlError, type RedisTarget } from './url.ts';
 
 export type RedisClient = Redis | Cluster;
 
@@ -27,10 +29,14 @@ export function createRedisClient(url: string, options: RedisOptions): RedisClie
 
 function clientFor(target: RedisTarget, options: RedisOptions): RedisClient {
   switch (target.kind) {
-    case 'single':
-      return new Redis(target.url, options);
+    case 'single': {
+      // rediss:// itself turns TLS on in ioredis; a CA file adds to what it trusts.
+      const tls = target.caFile === undefined ? {} : { tls: tlsOptions(target.caFile) };
+      return new Redis(target.url, { ...options, ...tls });
+    }
     case 'sentinel': {
       const { sentinels, name, username, password, sentinelPassword, db } = target;
+      const tls = target.tls ? tlsOptions(target.caFile) : undefined;
       return followingFailovers(
         new Redis({
           ...options,
@@ -40,6 +46,9 @@ function clientFor(target: RedisTarget, options: RedisOptions): RedisClient {
           ...(username === undefined ? {} : { username }),
           ...(password === undefined ? {} : { password }),
           ...(sentinelPassword === undefined ? {} : { sentinelPassword }),
+          // TLS to the Sentinels (sentinelTLS, which their failover detector uses too) and to
+          // the primary they name (tls, which ioredis applies only with the switch).
+          ...(tls ? { tls, sentinelTLS: tls, enableTLSForSentinelMode: true } : {}),
           // Subscribe to the Sentinels' +switch-master and reconnect to the new primary at
           // once: a primary whose node vanished leaves a socket that never errors by itself.
           failoverDetector: true,
@@ -48,6 +57,7 @@ function clientFor(target: RedisTarget, options: RedisOptions): RedisClient {
     }
     case 'cluster': {
       const { nodes, username, password } = target;
+      const tls = target.tls ? tlsOptions(target.caFile) : undefined;
       // The Cluster keeps its offline queue even for a producer: without it, a failover under
       // load often left a MULTI's commands queued on a live node, never written nor answered,
       // so the MULTI never settled (ioredis 5.11; a watcher write or a fan-out job hung for
@@ -56,13 +66,29 @@ function clientFor(target: RedisTarget, options: RedisOptions): RedisClient {
       const { enableOfflineQueue: _, enableReadyCheck, ...perNode } = options;
       return new Cluster(nodes, {
         ...(enableReadyCheck === undefined ? {} : { enableReadyCheck }),
+        // With TLS, connect to the seeds by the names given, not the addresses they resolve
+        // to, so that their certificates are checked against those names.
+        ...(tls ? { dnsLookup: (address, callback) => callback(null, address) } : {}),
         redisOptions: {
           ...perNode,
           ...(username === undefined ? {} : { username }),
           ...(password === undefined ? {} : { password }),
+          ...(tls ? { tls } : {}),
         },
       });
     }
+  }
+}
+
+/** Node's TLS options for every connection to Redis: the system's CAs, plus `caFile`'s. */
+function tlsOptions(caFile: string | undefined): ConnectionOptions {
+  if (caFile === undefined) return {};
+  try {
+    return { ca: readFileSync(caFile, 'utf8') };
+  } catch (err) {
+    throw new RedisUrlError(
+      `--redis-url: cannot read the CA file ?caFile=${caFile}: ${(err as Error).message}`,
+    );
   }
 }
 

@@ -21,6 +21,7 @@ import type { Condition, Policy, PolicyServer } from '../../api/v1alpha1.ts';
 import { readReplicaReport, type ReplicaReport } from '../../api/report.ts';
 import { getJson, kubeConfigTarget } from '../../lib/kube/api.ts';
 import { httpsRequest, type HttpsAnswer } from './https.ts';
+import { POLICY_SERVER_ACCOUNT } from './identities.ts';
 import { testCluster, watchUntil } from './kube.ts';
 import { policyServerManifest } from './manifests.ts';
 
@@ -91,14 +92,19 @@ export const webhookOf = (kc: KubeConfig, policyName: string) =>
       throw err;
     });
 
-/** Applies a PolicyServer of rollcall's own image and waits until all its replicas are Ready. */
+/**
+ * Applies a PolicyServer of rollcall's own image and waits until all its replicas are Ready.
+ * Its pods act as POLICY_SERVER_ACCOUNT (prepareIdentities grants it) unless `spec` says otherwise.
+ */
 export async function startPolicyServer(
   kc: KubeConfig,
   name: string,
   replicas: number,
   spec: Record<string, unknown> = {},
 ): Promise<void> {
-  await apply(policyServerManifest(name, { replicas, ...spec }));
+  await apply(
+    policyServerManifest(name, { replicas, serviceAccountName: POLICY_SERVER_ACCOUNT, ...spec }),
+  );
   await watchUntil<PolicyServer & KubernetesObject>(
     kc,
     POLICY_SERVERS_PATH,

@@ -85,6 +85,15 @@ describe('desiredDeployment', () => {
     });
   });
 
+  test('gets no environment variables for the namespace’s Services, whatever its image', () => {
+    for (const image of ['ghcr.io/rollcall/policy-server:v1', undefined])
+      assert.equal(
+        desiredDeployment(aPolicyServer({ spec: { image } }), options).spec?.template.spec
+          ?.enableServiceLinks,
+        false,
+      );
+  });
+
   test('writes integer resource quantities as strings', () => {
     assert.deepEqual(container?.resources, { limits: { cpu: '1', memory: '256Mi' } });
   });
@@ -131,13 +140,41 @@ describe("desiredDeployment for rollcall's own image (no spec.image)", () => {
     );
   });
 
-  test('mounts the serving certificate Secret read-only at the certificate directory', () => {
+  test('mounts the serving certificate Secret read-only, readable by its group only, and /tmp', () => {
     assert.deepEqual(pod?.volumes, [
-      { name: 'tls', secret: { secretName: 'policy-server-default-tls' } },
+      { name: 'tls', secret: { secretName: 'policy-server-default-tls', defaultMode: 0o440 } },
+      { name: 'tmp', emptyDir: { sizeLimit: '16Mi' } },
     ]);
     assert.deepEqual(container()?.volumeMounts, [
       { name: 'tls', mountPath: '/var/run/rollcall/tls', readOnly: true },
+      { name: 'tmp', mountPath: '/tmp' },
     ]);
+  });
+
+  test("runs as the image's user on a read-only root, the certificate files in its group", () => {
+    assert.deepEqual(pod?.securityContext, {
+      runAsNonRoot: true,
+      runAsUser: 1000,
+      runAsGroup: 1000,
+      fsGroup: 1000,
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+    assert.deepEqual(container()?.securityContext, {
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'] },
+    });
+  });
+
+  test('has default requests and a memory limit, which spec.resources replaces whole', () => {
+    assert.deepEqual(container()?.resources, {
+      requests: { cpu: '100m', memory: '128Mi' },
+      limits: { memory: '2560Mi' },
+    });
+    const sized = aPolicyServer({
+      spec: { image: undefined, resources: { requests: { cpu: 2 } } },
+    });
+    assert.deepEqual(container(sized)?.resources, { requests: { cpu: '2' } });
   });
 
   test("mounts the caSecretRef Secret instead when the server names one (someone else's certificate)", () => {
@@ -145,7 +182,10 @@ describe("desiredDeployment for rollcall's own image (no spec.image)", () => {
       aPolicyServer({ spec: { image: undefined, caSecretRef: { name: 'cm-tls', key: 'ca.crt' } } }),
       options,
     ).spec?.template.spec;
-    assert.deepEqual(pod?.volumes, [{ name: 'tls', secret: { secretName: 'cm-tls' } }]);
+    assert.deepEqual(pod?.volumes?.[0], {
+      name: 'tls',
+      secret: { secretName: 'cm-tls', defaultMode: 0o440 },
+    });
   });
 
   test('probes /readyz every 2 s and /healthz for liveness, both over HTTPS', () => {
@@ -161,15 +201,11 @@ describe("desiredDeployment for rollcall's own image (no spec.image)", () => {
     });
   });
 
-  test('keeps the downward-API environment and the restricted security context', () => {
+  test('keeps the downward-API environment', () => {
     assert.deepEqual(
       container()?.env?.map((e) => e.name),
       ['POD_NAME', 'POD_NAMESPACE', 'POLICY_SERVER'],
     );
-    assert.deepEqual(pod?.securityContext, {
-      runAsNonRoot: true,
-      seccompProfile: { type: 'RuntimeDefault' },
-    });
   });
 
   test('a server with its own image gets no arguments, volume or liveness probe from rollcall', () => {
@@ -178,6 +214,9 @@ describe("desiredDeployment for rollcall's own image (no spec.image)", () => {
     const c = theirs?.containers[0] ?? { name: '' };
     for (const field of ['args', 'volumeMounts', 'livenessProbe'])
       assert.ok(!(field in c), `${field} is not set`);
+    // Its user and writable paths are its own (and no default resources: see above).
+    assert.ok(!('runAsUser' in (theirs?.securityContext ?? {})));
+    assert.ok(!('readOnlyRootFilesystem' in (c.securityContext ?? {})));
     assert.equal(c.readinessProbe?.periodSeconds, 5);
   });
 

@@ -2,7 +2,8 @@
 // on the fake node, which kwok would only pretend to run.
 //
 // - kubelet (node-agent/kubelet.ts): one real `rollcall <args> --address=127.0.0.1 --port=N`
-//   process per live pod, its readiness probed and written to the pod's status.
+//   process per live pod, acting as the pod's ServiceAccount (a token bound to the pod,
+//   node-agent/tokens.ts), its readiness probed and written to the pod's status.
 // - kube-proxy (node-agent/proxy.ts): an HTTP CONNECT proxy on a Unix socket that takes the
 //   apiserver's `cluster` egress (webhooks that name a Service) to a Ready pod's process.
 //
@@ -26,8 +27,8 @@ export interface NodeAgentOptions {
   dir: string;
   /** The agent's API access (the cluster admin). */
   api: ApiTarget;
-  /** The admin kubeconfig file, for its pods' processes (see processSpec). */
-  kubeconfig: string;
+  /** The CA file that verifies the apiserver, for the kubeconfigs of its pods' tokens. */
+  caFile: string;
   /** The Unix socket the CONNECT proxy listens on (the apiserver's egress dials it). */
   proxySocket: string;
   nodeName?: string;
@@ -62,7 +63,7 @@ export class NodeAgent {
     this.#kubelet = new Kubelet({
       api,
       dir: this.#o.dir,
-      kubeconfig: this.#o.kubeconfig,
+      caFile: this.#o.caFile,
       nodeName: this.#o.nodeName,
       image: this.#o.image,
       entry: this.#o.entry,
@@ -148,7 +149,7 @@ async function main(): Promise<void> {
   const agent = new NodeAgent({
     dir,
     api: adminApiTarget(state.server, pki),
-    kubeconfig: state.kubeconfig,
+    caFile: pki.caCert,
     proxySocket: state.nodeAgentSocket,
   });
   let stopping: Promise<void> | undefined;

@@ -5,6 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdirSync, openSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { POLICY_SERVER_LABEL } from '../../api/constants.ts';
 import { kubectl, type ClusterState } from '../cluster/cluster.ts';
 import { repoRoot } from '../cluster/paths.ts';
 import { freePort } from '../cluster/ports.ts';
@@ -15,6 +16,8 @@ export const NAMESPACE = 'rollcall-system';
 /** Where the demo's requests go; require-labels governs pods here. */
 export const DEMO_NAMESPACE = 'rollcall-demo';
 export const SERVER = 'default';
+/** `kubectl get` arguments for the pods of the demo's PolicyServer. */
+export const SERVER_PODS = ['pods', '-n', NAMESPACE, '-l', `${POLICY_SERVER_LABEL}=${SERVER}`];
 export const GOOD = 'require-labels';
 /** The failing policies, each a real failure, and what its MESSAGE column must show. */
 export const FAILING = {

@@ -7,6 +7,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { stringify } from 'yaml';
 import { DEMO_NAMESPACE, GOOD, SERVER } from './context.ts';
+import { POLICY_SERVER_ACCOUNT } from './identities.ts';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
@@ -52,6 +53,8 @@ export function demoManifests(bundles: string): Record<string, unknown>[] {
       spec: {
         replicas: 3,
         progressDeadlineSeconds: 60,
+        // Its pods act as this account (deploy/rbac.yaml): read policies, write their own report.
+        serviceAccountName: POLICY_SERVER_ACCOUNT,
         // The bundle server below is plain HTTP on loopback, which a PolicyServer refuses
         // unless it says so: a real one would serve HTTPS from a public address.
         sources: { allowInsecureHTTP: true, allowPrivateDestinations: true },

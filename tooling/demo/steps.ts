@@ -13,6 +13,7 @@ import {
   GOOD,
   NAMESPACE,
   SERVER,
+  SERVER_PODS,
   indent,
   kubectlWait,
   need,
@@ -20,6 +21,7 @@ import {
   tryKubectl,
   type Demo,
 } from './context.ts';
+import { accountKubeconfig, grantIdentities, showLeastPrivilege } from './identities.ts';
 import { demoManifests, manifestsYaml, startBundleServer } from './manifests.ts';
 
 export interface DemoStep {
@@ -34,6 +36,7 @@ export const DEMO_STEPS: DemoStep[] = [
   { name: 'start the local cluster', run: startCluster },
   { name: 'start Redis', run: startRedisStep },
   { name: 'install the CRDs', run: installApi },
+  { name: "grant rollcall's accounts their rights", run: async (demo) => grantIdentities(demo) },
   { name: 'start rollcall', run: startRollcall },
   { name: 'serve the policy bundles', run: serveBundles },
   { name: 'apply the policies', run: applyManifests },
@@ -41,6 +44,7 @@ export const DEMO_STEPS: DemoStep[] = [
   { name: 'show the policies', run: showPolicies },
   { name: 'show the replicas', run: showReplicas },
   { name: 'show admission', run: showAdmission },
+  { name: 'show least privilege', run: showLeastPrivilege },
   { name: 'show where to look next', run: showNextSteps },
 ];
 
@@ -75,29 +79,40 @@ async function installApi(demo: Demo): Promise<void> {
 }
 
 /**
- * rollcall all-in-one, as a user would run it. No --webhook-url: webhooks reference the
- * policy server's Service, and the local cluster's node agent routes the apiserver's calls
- * to the real policy-server processes, as kube-proxy would.
+ * rollcall's watcher and worker, as their Deployments run them: each with a token of its own
+ * ServiceAccount, never the admin's. No --webhook-url: webhooks reference the policy server's
+ * Service, and the local cluster's node agent routes the apiserver's calls to the real
+ * policy-server processes, as kube-proxy would.
  */
 async function startRollcall(demo: Demo): Promise<void> {
-  const cluster = need(demo, 'cluster');
   const httpPort = await preferredPort(8080, '0.0.0.0');
   const credentials = `admin:${randomBytes(9).toString('base64url')}`;
-  const rollcall = demo.startRollcall('rollcall', [
-    'run',
-    '--namespace',
-    NAMESPACE,
+  const common = ['--namespace', NAMESPACE, '--redis-url', need(demo, 'redisUrl')];
+  const [watcherConfig, workerConfig] = [
+    await accountKubeconfig(demo, 'rollcall-watcher'),
+    await accountKubeconfig(demo, 'rollcall-worker'),
+  ];
+  const watcher = demo.startRollcall('rollcall-watcher', [
+    'watcher',
+    ...common,
     '--kubeconfig',
-    cluster.kubeconfig,
-    '--install-crds',
-    '--redis-url',
-    need(demo, 'redisUrl'),
+    watcherConfig,
+    '--port',
+    '0',
+  ]);
+  const worker = demo.startRollcall('rollcall-worker', [
+    'worker',
+    ...common,
+    '--kubeconfig',
+    workerConfig,
     '--port',
     String(httpPort),
     '--ui-credentials',
     credentials,
   ]);
-  demo.progress(`rollcall started (pid ${rollcall.process.pid}); logs in ${demo.logs}`);
+  demo.progress(
+    `rollcall's watcher (pid ${watcher.process.pid}) and worker (pid ${worker.process.pid}) started as their ServiceAccounts; logs in ${demo.logs}`,
+  );
   demo.state.httpPort = httpPort;
   demo.state.credentials = credentials;
 }
@@ -172,19 +187,8 @@ async function showPolicies(demo: Demo): Promise<void> {
 /** The replicas are real processes: the node agent's table says which pid serves which pod. */
 async function showReplicas(demo: Demo): Promise<void> {
   const cluster = need(demo, 'cluster');
-  demo.out(`$ kubectl get pods -n ${NAMESPACE} -l rollcall.dev/policy-server=${SERVER}`);
-  demo.out(
-    indent(
-      kubectl(cluster, [
-        'get',
-        'pods',
-        '-n',
-        NAMESPACE,
-        '-l',
-        `rollcall.dev/policy-server=${SERVER}`,
-      ]),
-    ),
-  );
+  demo.out(`$ kubectl get ${SERVER_PODS.join(' ')}`);
+  demo.out(indent(kubectl(cluster, ['get', ...SERVER_PODS])));
   const file = join(demo.dir, 'node-agent.json');
   let pods: Record<string, { port?: number; pid?: number }> = {};
   try {
@@ -276,7 +280,9 @@ async function showNextSteps(demo: Demo): Promise<void> {
   out(`  queue UI:     http://127.0.0.1:${httpPort}/queues`);
   out(`                (both ask for user ${user}, password ${password})`);
   out(`  metrics:      http://127.0.0.1:${httpPort}/metrics`);
-  out(`  logs:         ${demo.logs}/rollcall.log, ${demo.logs}/pods/ (one per policy-server pod)`);
+  out(
+    `  logs:         ${demo.logs}/rollcall-watcher.log, rollcall-worker.log, pods/ (one per policy-server pod)`,
+  );
   if (httpPort !== 8080) out(`  (port 8080 was taken, so rollcall listens on ${httpPort})`);
   out('');
 }

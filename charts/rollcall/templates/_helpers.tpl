@@ -26,10 +26,13 @@ app.kubernetes.io/component: {{ . }}
 {{- end }}
 
 {{/*
-REDIS_URL, the one place the roles learn where Redis is: the bundled Service, the bundled
-Sentinels, or the external URL (any form the roles accept), inline or from a Secret.
+REDIS_URL and the passwords, the one place the roles learn where Redis is and how to log in:
+the bundled Service, the bundled Sentinels, or the external URL (any form the roles accept),
+inline or from a Secret. The bundled Redis and Sentinels refuse clients without the password
+(redis.auth): REDIS_PASSWORD, and REDIS_SENTINEL_PASSWORD for the Sentinels, which the roles
+put into the URL; a missing Secret keeps the pods from starting.
 */}}
-{{- define "rollcall.redisUrl" -}}
+{{- define "rollcall.redisEnv" -}}
 - name: REDIS_URL
 {{- if eq .Values.redis.mode "bundled" }}
   value: redis://rollcall-redis:6379
@@ -44,6 +47,28 @@ Sentinels, or the external URL (any form the roles accept), inline or from a Sec
 {{- else }}
   value: {{ required "redis.mode is external: set redis.external.url (redis://host:6379/0) or redis.external.urlSecret.name" .Values.redis.external.url | quote }}
 {{- end }}
+{{- if or (ne .Values.redis.mode "external") .Values.redis.auth.existingSecret }}
+# Redis' password (redis.auth).
+- name: REDIS_PASSWORD
+  {{- include "rollcall.redisPasswordRef" . | nindent 2 }}
+{{- end }}
+{{- if eq .Values.redis.mode "sentinel" }}
+# The Sentinels' password: the same.
+- name: REDIS_SENTINEL_PASSWORD
+  {{- include "rollcall.redisPasswordRef" . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The password of the bundled Redis and Sentinels: the key of redis.auth.existingSecret, or of
+the Secret rollcall-redis the chart makes (redis.yaml).
+*/}}
+{{- define "rollcall.redisPasswordRef" -}}
+{{- $auth := .Values.redis.auth -}}
+valueFrom:
+  secretKeyRef:
+    name: {{ $auth.existingSecret | default "rollcall-redis" }}
+    key: {{ ternary $auth.existingSecretKey "password" (ne $auth.existingSecret "") }}
 {{- end }}
 
 {{/* The bundled Sentinels (their pods' names under the headless Service) and the group's name. */}}
@@ -167,7 +192,7 @@ spec:
           env:
             - name: PORT
               value: '8080'
-            {{- include "rollcall.redisUrl" $ | nindent 12 }}
+            {{- include "rollcall.redisEnv" $ | nindent 12 }}
             # rollcall's namespace is wherever it was installed.
             - name: ROLLCALL_NAMESPACE
               valueFrom:

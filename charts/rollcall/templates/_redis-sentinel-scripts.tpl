@@ -20,9 +20,12 @@ for i in {{ until (int .sentinels) | join " " }}; do
   if [ -n "${addr}" ]; then primary="${addr}"; break; fi
 done
 [ -n "${primary}" ] || primary="rollcall-redis-0.${domain}"
-# noeviction: BullMQ must never lose a key to memory pressure. Nothing on disk: replicas
-# are the redundancy. Replicas announce their DNS name, which the Sentinels hand out.
-set -- redis-server --maxmemory-policy noeviction --save '' --appendonly no --dir /data \
+# The password (REDISCLI_AUTH, which redis-cli above used too): clients need it, and a replica
+# gives it to its primary. noeviction: BullMQ must never lose a key to memory pressure. Nothing
+# on disk: replicas are the redundancy. Replicas announce their DNS name, which the Sentinels
+# hand out.
+set -- redis-server --requirepass "${REDISCLI_AUTH}" --masterauth "${REDISCLI_AUTH}" \
+  --maxmemory-policy noeviction --save '' --appendonly no --dir /data \
   --replica-announce-ip "${me}"
 if [ "${primary}" != "${me}" ]; then set -- "$@" --replicaof "${primary}" 6379; fi
 echo "starting as $([ "${primary}" = "${me}" ] && echo primary || echo "replica of ${primary}")"
@@ -46,14 +49,17 @@ for i in {{ until (int .sentinels) | join " " }}; do
 done
 [ -n "${primary}" ] || primary="rollcall-redis-0.rollcall-redis-nodes.${POD_NAMESPACE}.svc"
 # A primary silent for {{ divf .downAfterMilliseconds 1000 }} s is down once {{ .quorum }} of the {{ .sentinels }} Sentinels agree; docs/reliability.md has
-# what that costs in status latency.
+# what that costs in status latency. The password (REDISCLI_AUTH, which redis-cli above used
+# too): clients and the other Sentinels need it (requirepass), and Redis asks for it (auth-pass).
 cat > /data/sentinel.conf <<CONF
 port 26379
 dir /data
+requirepass ${REDISCLI_AUTH}
 sentinel resolve-hostnames yes
 sentinel announce-hostnames yes
 sentinel announce-ip ${me}
 sentinel monitor {{ .masterName }} ${primary} 6379 {{ .quorum }}
+sentinel auth-pass {{ .masterName }} ${REDISCLI_AUTH}
 sentinel down-after-milliseconds {{ .masterName }} {{ .downAfterMilliseconds }}
 sentinel failover-timeout {{ .masterName }} {{ .failoverTimeout }}
 sentinel parallel-syncs {{ .masterName }} {{ .parallelSyncs }}

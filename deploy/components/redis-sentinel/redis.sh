@@ -13,9 +13,12 @@ for i in 0 1 2; do
   if [ -n "${addr}" ]; then primary="${addr}"; break; fi
 done
 [ -n "${primary}" ] || primary="rollcall-redis-0.${domain}"
-# noeviction: BullMQ must never lose a key to memory pressure. Nothing on disk: replicas
-# are the redundancy. Replicas announce their DNS name, which the Sentinels hand out.
-set -- redis-server --maxmemory-policy noeviction --save '' --appendonly no --dir /data \
+# The password (REDISCLI_AUTH, which redis-cli above used too): clients need it, and a replica
+# gives it to its primary. noeviction: BullMQ must never lose a key to memory pressure. Nothing
+# on disk: replicas are the redundancy. Replicas announce their DNS name, which the Sentinels
+# hand out.
+set -- redis-server --requirepass "${REDISCLI_AUTH}" --masterauth "${REDISCLI_AUTH}" \
+  --maxmemory-policy noeviction --save '' --appendonly no --dir /data \
   --replica-announce-ip "${me}"
 if [ "${primary}" != "${me}" ]; then set -- "$@" --replicaof "${primary}" 6379; fi
 echo "starting as $([ "${primary}" = "${me}" ] && echo primary || echo "replica of ${primary}")"

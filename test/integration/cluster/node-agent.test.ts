@@ -1,10 +1,11 @@
 // The local node agent runs a real `rollcall policy-server` process per pod of rollcall's
-// image on the fake node, probes it into Ready, hands it the CONNECTs from the apiserver's
+// image on the fake node, as the pod's ServiceAccount (a token bound to the pod, not the
+// admin), probes it into Ready, hands it the CONNECTs from the apiserver's
 // `cluster` egress, stops it with its pod, replaces a pod whose process died, and
 // leaves nothing behind after `cluster down`.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -27,6 +28,12 @@ import {
 import { issueCertificate } from '../../../tooling/cluster/pki.ts';
 import { processAlive } from '../../../tooling/cluster/process.ts';
 import { installCrds } from '../../../control-plane/install-crds.ts';
+import { credentialsTarget, requestJson } from '../../../lib/kube/api.ts';
+import {
+  POLICY_SERVER_ACCOUNT,
+  prepareIdentities,
+  type Identities,
+} from '../../support/identities.ts';
 import { testCluster, testKubeConfig, uniqueName } from '../../support/kube.ts';
 
 const cluster = testCluster();
@@ -80,7 +87,7 @@ function tlsSecret(state: ClusterState, ns: string, name: string) {
 }
 
 /** The Deployment control-plane/functions/policyserver-core.ts writes for the default image, reduced to what the agent reads. */
-function deployment(ns: string, replicas: number) {
+function deployment(ns: string, replicas: number, account = POLICY_SERVER_ACCOUNT) {
   return {
     apiVersion: 'apps/v1',
     kind: 'Deployment',
@@ -91,6 +98,7 @@ function deployment(ns: string, replicas: number) {
       template: {
         metadata: { labels: { app } },
         spec: {
+          serviceAccountName: account,
           terminationGracePeriodSeconds: 5,
           containers: [
             {
@@ -192,12 +200,16 @@ function tunnelsHeldBy(pid: number, proxySocket: string): number {
     .length;
 }
 
+let ids: Identities | undefined;
 before(async () => {
   await installCrds(kc, { info: () => {} }); // the policy server watches Policies
   await core.createNamespace({ body: { metadata: { name: namespace } } });
+  // The policy servers' account and its rights (deploy/rbac.yaml) in this namespace.
+  ids = await prepareIdentities(namespace);
   apply(cluster, [tlsSecret(cluster, namespace, `${app}-tls`)]);
 });
 after(async () => {
+  ids?.remove();
   await core.deleteNamespace({ name: namespace }).catch(() => {});
 });
 
@@ -256,6 +268,65 @@ test("each pod of rollcall's image runs a real policy-server process that the ag
   }
   const podIPs = ready.map((p) => p.status?.podIP);
   assert.equal(new Set(podIPs).size, 2, 'each pod has its own IP');
+});
+
+test("each process acts as its pod's ServiceAccount, by a token bound to its pod, never as the admin", async () => {
+  const pods = Object.entries(agentPods(cluster.dir));
+  assert.equal(pods.length, 2);
+  const ca = readFileSync(join(cluster.dir, 'pki', 'ca.crt'));
+  for (const [name, entry] of pods) {
+    const env = readFileSync(`/proc/${entry.pid}/environ`, 'utf8').split('\0');
+    const kubeconfig = join(cluster.dir, 'pods', name, 'kubeconfig');
+    assert.ok(env.includes(`KUBECONFIG=${kubeconfig}`), `KUBECONFIG of ${name}`);
+    assert.ok(
+      !env.some((e) => e === `KUBECONFIG=${cluster.kubeconfig}`),
+      'not the admin kubeconfig',
+    );
+    const tokenFile = join(cluster.dir, 'pods', name, 'serviceaccount', 'token');
+    assert.equal(statSync(tokenFile).mode & 0o777, 0o600);
+    assert.match(readFileSync(kubeconfig, 'utf8'), new RegExp(`tokenFile: ${tokenFile}`));
+    // Who the apiserver says the token is.
+    const token = readFileSync(tokenFile, 'utf8');
+    const review = (await requestJson(
+      credentialsTarget({ server: cluster.server, ca, token }),
+      'POST',
+      '/apis/authentication.k8s.io/v1/selfsubjectreviews',
+      { body: { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' } },
+    )) as { status: { userInfo: { username: string; extra?: Record<string, string[]> } } };
+    const pod = await core.readNamespacedPod({ name, namespace });
+    const user = review.status.userInfo;
+    assert.equal(user.username, `system:serviceaccount:${namespace}:${POLICY_SERVER_ACCOUNT}`);
+    assert.deepEqual(user.extra?.['authentication.kubernetes.io/pod-name'], [name]);
+    assert.deepEqual(user.extra?.['authentication.kubernetes.io/pod-uid'], [pod.metadata?.uid]);
+  }
+});
+
+test('a pod whose ServiceAccount does not exist is not started and says why; it starts once the account exists', async (t) => {
+  const account = 'not-yet';
+  const name = `${app}-${account}`;
+  const template = deployment(namespace, 1, account).spec.template;
+  apply(cluster, [
+    {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, namespace, labels: { app: name } },
+      spec: template.spec,
+    },
+  ]);
+  t.after(async () => {
+    kubectl(cluster, ['delete', 'pod', name, '-n', namespace, '--wait=false']);
+    await until(`the process of ${name} to stop`, () => !agentPods(cluster.dir)[name], 30_000);
+  });
+  const waiting = await until('the pod to say why it does not start', async () => {
+    const pod = await core.readNamespacedPod({ name, namespace });
+    const state = pod.status?.containerStatuses?.[0]?.state?.waiting;
+    return state?.message?.includes('token') && state;
+  });
+  assert.equal(waiting.reason, 'ContainerCreating');
+  assert.match(waiting.message ?? '', /failed to fetch token: serviceaccounts "not-yet" not found/);
+  assert.equal(agentPods(cluster.dir)[name], undefined, 'no process');
+  await core.createNamespacedServiceAccount({ namespace, body: { metadata: { name: account } } });
+  await until('its process, once the account exists', () => agentPods(cluster.dir)[name], 90_000);
 });
 
 test("a CONNECT to the Service's cluster IP reaches a process, which presents the Secret's certificate", async () => {
@@ -408,7 +479,8 @@ test('cluster down stops the node agent and every process it started', async (t)
   let pids: number[] = [];
   try {
     const ns = 'default';
-    apply(state, [tlsSecret(state, ns, `${app}-tls`), deployment(ns, 2)]);
+    // The namespace's own account: the private cluster has no rollcall accounts.
+    apply(state, [tlsSecret(state, ns, `${app}-tls`), deployment(ns, 2, 'default')]);
     const pods = await until('2 pod processes', () => {
       const found = Object.values(agentPods(dir, ns));
       return found.length === 2 && found;

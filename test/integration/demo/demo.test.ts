@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import { repoRoot } from '../../../tooling/cluster/paths.ts';
 
 test(
-  'npm run demo -- --once shows real policy servers: a CEL policy Ready 3/3 that denies a request, and a CEL typo, a 404 source and a digest mismatch Stalled with their errors',
+  'npm run demo -- --once shows real policy servers: a CEL policy Ready 3/3 that denies a request, a CEL typo, a 404 source and a digest mismatch Stalled with their errors, and each account refused what it must not do',
   { timeout: 240_000 },
   async (t) => {
     const dir = mkdtempSync(join(tmpdir(), 'rollcall-demo-'));
@@ -68,6 +68,14 @@ test(
         context,
       );
       assert.match(stdout, /deployment\.apps\/web created/, context);
+      // Least privilege, with each account's own token: its job allowed, the rest refused.
+      assert.match(stdout, /- patch its own pod's report annotation \(its job\): allowed/, context);
+      assert.match(stdout, /- read Secret rollcall-webhook-ca .*: refused by RBAC/, context);
+      assert.match(
+        stdout,
+        /- create a PolicyServer with serviceAccountName rollcall-worker: refused by ValidatingAdmissionPolicy \S+/,
+        context,
+      );
       assert.match(
         stdout,
         /queue UI: +http:\/\/127\.0\.0\.1:\d+\/queues\n.*user admin, password \S+/,

@@ -2,9 +2,10 @@
 // built in), render charts/rollcall with helm (built from its module, cached), and apply or
 // remove parts of them on the test cluster.
 import { spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before } from 'node:test';
-import { parseAllDocuments } from 'yaml';
+import { parse, parseAllDocuments, stringify } from 'yaml';
 import { ensureHelm } from '../../../tooling/cluster/build.ts';
 import { repoRoot } from '../../../tooling/cluster/paths.ts';
 import { testCluster } from '../../support/kube.ts';
@@ -26,12 +27,18 @@ export interface CommandResult {
   stderr: string;
 }
 
-/** Runs the test cluster's kubectl as admin; never throws (callers assert on the result). */
-export function kubectlRun(args: string[], input?: string): CommandResult {
-  const state = testCluster();
+/**
+ * Runs the test cluster's kubectl, as admin unless given another kubeconfig (kubeconfigFor);
+ * never throws (callers assert on the result).
+ */
+export function kubectlRun(
+  args: string[],
+  input?: string,
+  kubeconfig = testCluster().kubeconfig,
+): CommandResult {
   const out = spawnSync(
-    state.binaries.kube,
-    ['kubectl', `--kubeconfig=${state.kubeconfig}`, ...args],
+    testCluster().binaries.kube,
+    ['kubectl', `--kubeconfig=${kubeconfig}`, ...args],
     { input, encoding: 'utf8' },
   );
   return {
@@ -98,6 +105,107 @@ export const RBAC_KINDS = new Set([
   'ClusterRole',
   'ClusterRoleBinding',
 ]);
+
+/** deploy/guard-identities.yaml's ValidatingAdmissionPolicies, each with a binding of its name. */
+export const IDENTITY_GUARDS = ['rollcall-policy-server-own-pod', 'rollcall-worker-own-webhooks'];
+export const isIdentityGuard = (m: Manifest) =>
+  m.kind.startsWith('ValidatingAdmissionPolicy') && IDENTITY_GUARDS.includes(m.metadata.name);
+
+/** What inNamespace renames: cluster-scoped objects that are rollcall's own, and references to them. */
+const CLUSTER_SCOPED = new Set([
+  'ClusterRole',
+  'ClusterRoleBinding',
+  'ValidatingAdmissionPolicy',
+  'ValidatingAdmissionPolicyBinding',
+]);
+
+/**
+ * `manifests` (of deploy/ or the chart, for rollcall-system) for rollcall installed in
+ * `namespace`: every mention of rollcall-system becomes `namespace` (the guards' account names
+ * and Service namespace too), and the names of cluster-scoped objects (roles, guards) and of
+ * objects in other namespaces (the events Role in `default`) get `-<namespace>`, as do the
+ * references to them, so that two installs do not overwrite each other. Namespaces and CRDs
+ * are left out. E.g. the guards for a test namespace:
+ * `inNamespace(build().filter(isIdentityGuard), ns)`.
+ */
+export function inNamespace(manifests: Manifest[], namespace: string): Manifest[] {
+  const moved = manifests.filter(
+    (m) => m.kind !== 'Namespace' && m.kind !== 'CustomResourceDefinition',
+  );
+  if (namespace === NAMESPACE) return moved;
+  const rename = (name: string) => `${name}-${namespace}`;
+  return moved.map((m) => {
+    const copy = JSON.parse(JSON.stringify(m).replaceAll(NAMESPACE, namespace)) as Manifest & {
+      roleRef?: { kind: string; name: string };
+      spec?: { policyName?: string };
+    };
+    const outside = (ns: string | undefined) => ns !== undefined && ns !== namespace;
+    if (CLUSTER_SCOPED.has(m.kind) || outside(copy.metadata.namespace))
+      copy.metadata.name = rename(copy.metadata.name);
+    if (
+      copy.roleRef !== undefined &&
+      (copy.roleRef.kind === 'ClusterRole' || outside(copy.metadata.namespace))
+    )
+      copy.roleRef.name = rename(copy.roleRef.name);
+    if (copy.spec?.policyName !== undefined) copy.spec.policyName = rename(copy.spec.policyName);
+    return copy;
+  });
+}
+
+/** The pod a token is bound to (`kubectl create token --bound-object-kind Pod`). */
+export interface BoundPod {
+  name: string;
+  uid: string;
+}
+
+/**
+ * A kubeconfig file in `dir` for the test cluster whose user is the ServiceAccount, by a fresh
+ * token from the TokenRequest API (`kubectl create token`); bound to `pod` when given, as a
+ * pod's projected token is.
+ */
+export function kubeconfigFor(
+  account: string,
+  dir: string,
+  { namespace = NAMESPACE, pod }: { namespace?: string; pod?: BoundPod } = {},
+): string {
+  const bound =
+    pod === undefined
+      ? []
+      : [
+          '--bound-object-kind=Pod',
+          `--bound-object-name=${pod.name}`,
+          `--bound-object-uid=${pod.uid}`,
+        ];
+  const token = kubectlOk([
+    'create',
+    'token',
+    account,
+    '-n',
+    namespace,
+    '--duration=1h',
+    ...bound,
+  ]).trim();
+  const admin = parse(readFileSync(testCluster().kubeconfig, 'utf8')) as {
+    clusters: { name: string }[];
+    contexts: { context: { cluster: string } }[];
+  };
+  const cluster = admin.contexts[0]!.context.cluster;
+  const user = pod === undefined ? account : `${account}@${pod.name}`;
+  const file = join(dir, `${user}.kubeconfig`);
+  writeFileSync(
+    file,
+    stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: admin.clusters.filter((c) => c.name === cluster),
+      users: [{ name: user, user: { token } }],
+      contexts: [{ name: user, context: { cluster, user, namespace } }],
+      'current-context': user,
+    }),
+    { mode: 0o600 },
+  );
+  return file;
+}
 
 /** True if the namespace exists (and is not being deleted). */
 export function namespaceExists(name = NAMESPACE): boolean {

@@ -1,15 +1,16 @@
 // The RBAC in deploy/, and in charts/rollcall as `helm template` renders it, is enough and not
 // more. Enough: the end-to-end scenario passes with the watcher and the worker running as
 // separate processes under their ServiceAccounts' identities (bearer tokens minted by the
-// TokenRequest API, as a pod would get), and the watcher may list and watch every kind the
+// TokenRequest API, as a pod would get) and with guard-identities.yaml's guards installed
+// (guards.test.ts performs the attacks they stop), and the watcher may list and watch every kind the
 // registry (control-plane/registry.ts) says it watches. Not more: a table of `kubectl auth
 // can-i` checks, printed and asserted, and no wildcard anywhere.
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { parse, stringify } from 'yaml';
+import { stringify } from 'yaml';
 import {
   AdmissionregistrationV1Api,
   type KubernetesObject,
@@ -18,7 +19,7 @@ import {
 import type { Policy, PolicyServer } from '../../../api/v1alpha1.ts';
 import { functions } from '../../../control-plane/functions/index.ts';
 import { apiGroupOf, WATCHED_KINDS, watchedKinds } from '../../../control-plane/registry.ts';
-import { testCluster, testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
+import { testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 import {
   deleteRollcallObjects,
   logDir,
@@ -30,6 +31,8 @@ import {
   build,
   createNamespace,
   deleteNamespace,
+  isIdentityGuard,
+  kubeconfigFor,
   kubectlOk,
   kubectlRun,
   NAMESPACE,
@@ -42,7 +45,12 @@ import {
 const kc = testKubeConfig();
 const db = testDb();
 const sa = (name: string) => `system:serviceaccount:${NAMESPACE}:${name}`;
-const rbacOf = (manifests: Manifest[]) => manifests.filter((m) => RBAC_KINDS.has(m.kind));
+/**
+ * The accounts with their roles, and the guards of what RBAC cannot say (guard-identities.yaml),
+ * so that the scenario also shows the worker's own webhook writes pass them.
+ */
+const rbacOf = (manifests: Manifest[]) =>
+  manifests.filter((m) => RBAC_KINDS.has(m.kind) || isIdentityGuard(m));
 const sources: [string, Manifest[]][] = [
   ['deploy/', rbacOf(build())],
   ['charts/rollcall', rbacOf(await renderChart())],
@@ -52,30 +60,6 @@ const condition = (p: Policy | PolicyServer, type: string) =>
 const isCurrent = (p: Policy) => p.status?.observedGeneration === p.metadata.generation;
 const apply = (...objects: object[]) =>
   kubectlOk(['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
-
-/** A kubeconfig for the test cluster whose user is the ServiceAccount, by a fresh token. */
-function kubeconfigFor(account: string, dir: string): string {
-  const token = kubectlOk(['create', 'token', account, '-n', NAMESPACE, '--duration=1h']).trim();
-  const admin = parse(readFileSync(testCluster().kubeconfig, 'utf8')) as {
-    clusters: { name: string }[];
-    contexts: { context: { cluster: string } }[];
-  };
-  const cluster = admin.contexts[0]!.context.cluster;
-  const file = join(dir, `${account}.kubeconfig`);
-  writeFileSync(
-    file,
-    stringify({
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: admin.clusters.filter((c) => c.name === cluster),
-      users: [{ name: account, user: { token } }],
-      contexts: [{ name: account, context: { cluster, user: account, namespace: NAMESPACE } }],
-      'current-context': account,
-    }),
-    { mode: 0o600 },
-  );
-  return file;
-}
 
 // [account, verb, resource (kubectl form), namespace or '' for cluster scope, allowed]
 type Check = [account: string, verb: string, resource: string, namespace: string, allowed: boolean];
@@ -110,6 +94,11 @@ const CHECKS: Check[] = [
   ['rollcall-worker', 'create', 'validatingwebhookconfigurations', '', true],
   ['rollcall-worker', 'patch', 'validatingwebhookconfigurations', '', true],
   ['rollcall-worker', 'delete', 'validatingwebhookconfigurations', '', true],
+  ['rollcall-worker', 'update', 'validatingwebhookconfigurations', '', false],
+  ['rollcall-worker', 'get', 'validatingwebhookconfigurations', '', false],
+  ['rollcall-worker', 'deletecollection', 'validatingwebhookconfigurations', '', false],
+  ['rollcall-worker', 'patch', 'validatingadmissionpolicies', '', false],
+  ['rollcall-worker', 'delete', 'validatingadmissionpolicybindings', '', false],
   ['rollcall-worker', 'patch', 'mutatingwebhookconfigurations', '', false],
   ['rollcall-worker', 'create', 'deployments.apps', ns, true],
   ['rollcall-worker', 'patch', 'deployments.apps', ns, true],
@@ -133,8 +122,12 @@ const CHECKS: Check[] = [
   ['rollcall-worker', 'patch', 'policyrevisions.rollcall.dev', '', false],
   ['rollcall-worker', 'list', 'pods', ns, false],
   ['rollcall-worker', 'create', 'leases.coordination.k8s.io', ns, false],
-  ['rollcall-policy-server', 'get', 'pods', ns, true],
+  // Patch only: guard-identities.yaml narrows it to the own pod's report annotation.
   ['rollcall-policy-server', 'patch', 'pods', ns, true],
+  ['rollcall-policy-server', 'get', 'pods', ns, false],
+  ['rollcall-policy-server', 'update', 'pods', ns, false],
+  ['rollcall-policy-server', 'patch', 'pods/status', ns, false],
+  ['rollcall-policy-server', 'get', 'secrets/rollcall-webhook-ca', ns, false],
   ['rollcall-policy-server', 'list', 'policies.rollcall.dev', '', true],
   ['rollcall-policy-server', 'watch', 'policies.rollcall.dev', '', true],
   ['rollcall-policy-server', 'list', 'policyrevisions.rollcall.dev', '', true],
@@ -151,6 +144,19 @@ const CHECKS: Check[] = [
   ['rollcall-policy-server', 'patch', 'pods', 'default', false],
   ['rollcall-policy-server', 'patch', 'policies.rollcall.dev/status', '', false],
   ['rollcall-policy-server', 'get', 'secrets', ns, false],
+  // Secrets (issue 36): the watcher reads names only (metadata-only list and watch,
+  // watcher/secret-metadata.test.ts) and may not get or write one; the worker writes them one
+  // by one and never patches, deletes or reaches another namespace's; a policy server none.
+  ['rollcall-watcher', 'get', 'secrets/rollcall-webhook-ca', ns, false],
+  ['rollcall-watcher', 'update', 'secrets', ns, false],
+  ['rollcall-watcher', 'watch', 'secrets', 'kube-system', false],
+  ['rollcall-worker', 'get', 'secrets/rollcall-webhook-ca', ns, true],
+  ['rollcall-worker', 'patch', 'secrets', ns, false],
+  ['rollcall-worker', 'deletecollection', 'secrets', ns, false],
+  ['rollcall-worker', 'update', 'secrets', 'kube-system', false],
+  ['rollcall-worker', 'create', 'secrets', 'default', false],
+  ['rollcall-policy-server', 'watch', 'secrets', ns, false],
+  ['rollcall-policy-server', 'get', 'secrets/rollcall-webhook-ca', ns, false],
   ...['rollcall-watcher', 'rollcall-worker', 'rollcall-policy-server'].flatMap((a): Check[] => [
     [a, '*', '*', ns, false],
     [a, '*', '*', '', false],

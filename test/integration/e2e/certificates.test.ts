@@ -25,6 +25,12 @@ import {
 import { testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 import { Processes } from '../../support/driver.ts';
 import {
+  POLICY_SERVER_ACCOUNT,
+  prepareIdentities,
+  runAsAccounts,
+  type Identities,
+} from '../../support/identities.ts';
+import {
   createRule,
   policyManifest,
   policyServerManifest,
@@ -61,15 +67,22 @@ describe('rollcall-managed TLS', () => {
   const ps = uniqueName('tls').slice(0, 40);
   const service = `policy-server-${ps}`;
   const servingName = `${service}-tls`;
+  let ids: Identities | undefined;
 
   before(async () => {
     await procs.prepare();
-    procs.run();
+    ids = await prepareIdentities(namespace);
+    runAsAccounts(procs, ids);
     // rollcall's image (no spec.image) and no caBundle/caSecretRef: rollcall issues the certificate.
-    await apply(policyServerManifest(ps, { replicas: 1 }));
+    await apply(
+      policyServerManifest(ps, { replicas: 1, serviceAccountName: POLICY_SERVER_ACCOUNT }),
+    );
   });
 
-  after(() => procs.cleanUp());
+  after(async () => {
+    await procs.cleanUp();
+    ids?.remove();
+  });
 
   test('the server gets a serving certificate that chains to the webhook CA and names its Service', async () => {
     const ca = await secretNamed('rollcall-webhook-ca');
@@ -112,11 +125,14 @@ describe('rollcall-managed TLS', () => {
       '--port=8443',
       '--tls-dir=/var/run/rollcall/tls',
     ]);
+    // Readable by the pod's fsGroup (the image's user) only: mode 0440 (issue 36).
     assert.deepEqual(pod?.volumes, [
-      { name: 'tls', secret: { secretName: servingName, defaultMode: 420 } },
+      { name: 'tls', secret: { secretName: servingName, defaultMode: 0o440 } },
+      { name: 'tmp', emptyDir: { sizeLimit: '16Mi' } },
     ]);
     assert.deepEqual(container?.volumeMounts, [
       { name: 'tls', mountPath: '/var/run/rollcall/tls', readOnly: true },
+      { name: 'tmp', mountPath: '/tmp' },
     ]);
     assert.equal(container?.livenessProbe?.httpGet?.path, '/healthz');
   });
@@ -297,22 +313,29 @@ describe('spec.caSecretRef: a Secret someone else maintains (as cert-manager wri
   });
   let first: CertificateAuthority;
   let second: CertificateAuthority;
+  let ids: Identities | undefined;
 
   before(async () => {
     await procs.prepare(loadNamespace);
-    procs.run();
+    ids = await prepareIdentities(namespace);
+    runAsAccounts(procs, ids);
     [first, second] = await Promise.all([newCa('cm-ca-1'), newCa('cm-ca-2')]);
   });
 
   after(async () => {
     await procs.cleanUp();
+    ids?.remove();
     await core.deleteNamespacedSecret({ name: secretName, namespace }).catch(() => {});
   });
 
   test("the webhook trusts the Secret's ca.crt and the apiserver's calls verify against it", async () => {
     await writeSecret(await certManagerSecret(first));
     await apply(
-      policyServerManifest(ps, { replicas: 1, caSecretRef: { name: secretName } }),
+      policyServerManifest(ps, {
+        replicas: 1,
+        serviceAccountName: POLICY_SERVER_ACCOUNT,
+        caSecretRef: { name: secretName },
+      }),
       refusingPolicy(policy, ps, loadNamespace),
     );
     // The pods mount that Secret.

@@ -16,6 +16,7 @@ import { CoreV1Api, CustomObjectsApi } from '@kubernetes/client-node';
 import { POLICY_SERVER_LABEL } from '../../../api/constants.ts';
 import { testKubeConfig, waitGone } from '../../support/kube.ts';
 import { Processes } from '../../support/driver.ts';
+import { prepareIdentities, runAsAccounts, type Identities } from '../../support/identities.ts';
 import { caseConfigMap, casePolicy } from '../../support/manifests.ts';
 import {
   POLICIES_PATH,
@@ -463,6 +464,7 @@ function assertAnsweredByFailurePolicy(
 
 describe('hostile policies beside a canary on one server with 3 real replicas', () => {
   const procs = new Processes(namespace);
+  let ids: Identities | undefined;
   let tls: ReplicaTls;
   let replicas: ReplicaProcess[];
   let guard: ReplicaGuard;
@@ -475,7 +477,8 @@ describe('hostile policies beside a canary on one server with 3 real replicas', 
   before(async () => {
     const started = Date.now();
     await procs.prepare(target);
-    procs.run(['--install-crds']);
+    ids = await prepareIdentities(namespace);
+    runAsAccounts(procs, ids);
     await startPolicyServer(kc, SERVER, 3);
     await apply(canary);
     await waitPolicy(kc, 'canary', isReady, { timeoutMs: 90_000 });
@@ -495,6 +498,7 @@ describe('hostile policies beside a canary on one server with 3 real replicas', 
     guard?.stop();
     await sampler?.stop();
     await procs.cleanUp();
+    ids?.remove();
   });
 
   test('the canary is Ready 3/3 and every replica denies a bad=true ConfigMap with its message and allows another', async () => {

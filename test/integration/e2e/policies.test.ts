@@ -23,6 +23,7 @@ import {
   watchUntil,
 } from '../../support/kube.ts';
 import { Processes } from '../../support/driver.ts';
+import { prepareIdentities, runAsAccounts, type Identities } from '../../support/identities.ts';
 import {
   createRule,
   policyManifest,
@@ -74,15 +75,20 @@ async function revisionOf(name: string): Promise<PolicyRevision | undefined> {
 describe('rollcall end to end', () => {
   const procs = new Processes(namespace);
   const ps = uniqueName('ps').slice(0, 40);
+  let ids: Identities | undefined;
 
   before(async () => {
     await procs.prepare();
-    procs.run(['--install-crds']);
+    ids = await prepareIdentities(namespace);
+    runAsAccounts(procs, ids);
     procs.sim();
     await apply(server(ps, 3));
   });
 
-  after(() => procs.cleanUp());
+  after(async () => {
+    await procs.cleanUp();
+    ids?.remove();
+  });
 
   test('a good policy on 3 replicas becomes Ready 3/3 and its webhook enforces its rules', async () => {
     await apply(policy('good', ps, 'sim://ok'));

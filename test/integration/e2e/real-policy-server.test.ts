@@ -20,6 +20,7 @@ import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../../api/constants.t
 import { readReplicaReport } from '../../../api/report.ts';
 import { testKubeConfig, waitGone, watchUntil } from '../../support/kube.ts';
 import { Processes } from '../../support/driver.ts';
+import { prepareIdentities, runAsAccounts, type Identities } from '../../support/identities.ts';
 import { caseConfigMap, casePolicy } from '../../support/manifests.ts';
 import {
   POLICIES_PATH,
@@ -162,6 +163,7 @@ function later<T>(p: Promise<T>): Promise<T> {
 
 describe('rollcall with real policy servers (3 replicas of the default image)', () => {
   const procs = new Processes(namespace);
+  let ids: Identities | undefined;
   let bundles: Server;
   let tls: ReplicaTls;
   let pidsAtStart: Record<string, number>;
@@ -176,7 +178,8 @@ describe('rollcall with real policy servers (3 replicas of the default image)', 
     await procs.prepare(target);
     bundles = await startBundleServer();
     // No --webhook-url: webhooks reference the policy server's Service, as in a real cluster.
-    procs.run(['--install-crds']);
+    ids = await prepareIdentities(namespace);
+    runAsAccounts(procs, ids);
     // The bundle server is plain HTTP on loopback: the PolicyServer has to allow it.
     await startPolicyServer(kc, SERVER, 3, {
       sources: { allowInsecureHTTP: true, allowPrivateDestinations: true },
@@ -237,6 +240,7 @@ describe('rollcall with real policy servers (3 replicas of the default image)', 
 
   after(async () => {
     await procs.cleanUp();
+    ids?.remove();
     await new Promise((r) => bundles?.close(r));
   });
 

@@ -5,6 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { testKubeConfig, uniqueName, watchUntil } from '../../support/kube.ts';
 import { Processes } from '../../support/driver.ts';
+import { prepareIdentities, type Identities } from '../../support/identities.ts';
 import { policyManifest, policyServerManifest, SIM_IMAGE } from '../../support/manifests.ts';
 import { redisUrl } from '../../support/redis.ts';
 import { testDb, type RollcallProcess } from '../../support/rollcall.ts';
@@ -38,31 +39,39 @@ describe('recovery of rollcall processes', () => {
   let firstWorker: RollcallProcess;
   /** Started by the first test, the leader the third one kills. */
   let secondWatcher: RollcallProcess;
+  let ids: Identities;
+  /** The watcher's and the worker's flags: their ServiceAccounts' tokens, and `more`. */
+  const asWatcher = (...more: string[]) => ['--kubeconfig', ids.watcher, ...lock, ...more];
+  const asWorker = (...more: string[]) => ['--kubeconfig', ids.worker, ...lock, ...more];
 
   before(async () => {
     await procs.prepare();
+    ids = await prepareIdentities(namespace);
     procs.sim();
     await apply(policyServerManifest(server, { image: SIM_IMAGE, replicas: 2 }));
   });
 
-  after(() => procs.cleanUp());
+  after(async () => {
+    await procs.cleanUp();
+    ids?.remove();
+  });
 
   test('a change made while the watcher is down is reconciled once it is back', async () => {
-    const watcher = procs.watcher('w1', lock);
-    firstWorker = procs.worker(lock);
+    const watcher = procs.watcher('w1', asWatcher());
+    firstWorker = procs.worker(asWorker());
     await apply(policy('rec-a', server, 'sim://ok'));
     await waitAll(['rec-a'], 'Ready');
 
     await watcher.stop();
     await apply(policy('rec-a', server, 'sim://fail?message=while+the+watcher+was+down'));
-    secondWatcher = procs.watcher('w2', lock);
+    secondWatcher = procs.watcher('w2', asWatcher());
     await waitAll(['rec-a'], 'Stalled');
   });
 
   test('a worker SIGKILLed mid-job loses nothing: its jobs run again on another worker', async () => {
     // One write per second keeps jobs active (waiting for tokens) long enough to kill them mid-run.
     await firstWorker.stop();
-    const throttled = procs.worker([...lock, '--write-rate', '1', '--write-burst', '1']);
+    const throttled = procs.worker(asWorker('--write-rate', '1', '--write-burst', '1'));
     const names = Array.from({ length: 8 }, (_, i) => `rec-b${i}`);
     await apply(...names.map((n) => policy(n, server, 'sim://ok')));
 
@@ -74,12 +83,12 @@ describe('recovery of rollcall processes', () => {
       await new Promise((r) => setTimeout(r, 50));
     }
     await throttled.kill();
-    procs.worker(lock);
+    procs.worker(asWorker());
     await waitAll(names, 'Ready');
   });
 
   test('when the leading watcher is killed, the standby takes over within the lease duration', async () => {
-    procs.watcher('w3', lock);
+    procs.watcher('w3', asWatcher());
     await new Promise((r) => setTimeout(r, 1000)); // let the standby start competing
     await secondWatcher.kill();
     const killedAt = Date.now();

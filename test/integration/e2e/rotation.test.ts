@@ -13,6 +13,11 @@ import {
 } from '@kubernetes/client-node';
 import { createCa, inspectCertificate, splitPemCertificates } from '../../../lib/certs/index.ts';
 import { metric } from '../../support/prom-text.ts';
+import {
+  POLICY_SERVER_ACCOUNT,
+  prepareIdentities,
+  type Identities,
+} from '../../support/identities.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import {
   createRule,
@@ -61,7 +66,10 @@ interface Counts {
 }
 
 describe('certificate rotation under load', () => {
+  /** The worker (it serves the certificate metrics), and the watcher beside it. */
   let rollcall: ServingRollcall;
+  let watcher: ServingRollcall;
+  let ids: Identities | undefined;
   const ps = uniqueName('rot').slice(0, 30);
   const policy = `${ps}-names`;
   const keptPolicy = `${ps}-kept`;
@@ -69,8 +77,16 @@ describe('certificate rotation under load', () => {
 
   before(async () => {
     await ensureNamespace(kc, loadNamespace);
+    await ensureNamespace(kc, namespace);
+    ids = await prepareIdentities(namespace);
+    watcher = await startServing('rotation-watcher', 'watcher', namespace, [
+      '--kubeconfig',
+      ids.watcher,
+    ]);
     // CA rotation starts two thirds into the CA's 90 s; serving certificates renew every 16 s.
-    rollcall = await startServing('rotation-run', 'run', namespace, [
+    rollcall = await startServing('rotation-worker', 'worker', namespace, [
+      '--kubeconfig',
+      ids.worker,
       '--ca-validity',
       '90s',
       '--serving-cert-validity',
@@ -82,13 +98,14 @@ describe('certificate rotation under load', () => {
       apiVersion: 'rollcall.dev/v1alpha1',
       kind: 'PolicyServer',
       metadata: { name: ps },
-      spec: { replicas: 2 },
+      spec: { replicas: 2, serviceAccountName: POLICY_SERVER_ACCOUNT },
     } as Obj);
   });
 
   after(async () => {
-    await rollcall?.stop();
+    await Promise.all([rollcall?.stop(), watcher?.stop()]);
     await deleteRollcallObjects(kc);
+    ids?.remove();
   });
 
   test('a serving certificate and then the CA rotate while requests run: zero TLS failures', async () => {

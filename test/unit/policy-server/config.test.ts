@@ -10,6 +10,7 @@ describe('policy-server configuration', () => {
       port: 8443,
       address: '0.0.0.0',
       tlsDir: '/var/run/rollcall/tls',
+      clientCaFile: undefined,
       kubeconfig: undefined,
       server: 'default',
       pod: 'policy-server-default-abc',
@@ -24,6 +25,13 @@ describe('policy-server configuration', () => {
       tlsHandshakeTimeoutSeconds: 10,
       sources: { allowInsecureHTTP: false, allowPrivateDestinations: false },
     });
+  });
+
+  test('the client CA file comes from a flag or the environment', () => {
+    const file = (argv: string[], extra: Record<string, string> = {}) =>
+      parsePolicyServerConfig(argv, { ...env, ...extra }).clientCaFile;
+    assert.equal(file(['--client-ca-file=/etc/ca.crt']), '/etc/ca.crt');
+    assert.equal(file([], { ROLLCALL_CLIENT_CA_FILE: '/var/ca.crt' }), '/var/ca.crt');
   });
 
   test('the spec.sources allowances are flags from the PolicyServer, off without them', () => {

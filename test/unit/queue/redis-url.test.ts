@@ -4,7 +4,7 @@ import { Cluster, Redis } from 'ioredis';
 import { ProjectionStore } from '../../../control-plane/projections/store.ts';
 import { WriteRateLimiter } from '../../../control-plane/queue/rate-limiter.ts';
 import { isReplicated, keyPrefix, keySlot } from '../../../lib/redis/client.ts';
-import { parseRedisUrl, redact, RedisUrlError } from '../../../lib/redis/url.ts';
+import { parseRedisUrl, redact, RedisUrlError, withPasswords } from '../../../lib/redis/url.ts';
 
 describe('parseRedisUrl', () => {
   it('passes redis:// and rediss:// URLs to ioredis as they are', () => {
@@ -58,6 +58,52 @@ describe('parseRedisUrl', () => {
     });
   });
 
+  it('speaks TLS to the Sentinels and the primary, or to every Cluster node, with rediss', () => {
+    assert.deepEqual(parseRedisUrl('rediss+sentinel://:pw@s0,s1/m?db=2&caFile=/etc/ca/ca.pem'), {
+      kind: 'sentinel',
+      sentinels: [
+        { host: 's0', port: 26379 },
+        { host: 's1', port: 26379 },
+      ],
+      name: 'm',
+      db: 2,
+      password: 'pw',
+      tls: true,
+      caFile: '/etc/ca/ca.pem',
+    });
+    assert.deepEqual(parseRedisUrl('rediss+cluster://n0:7000,n1:7001'), {
+      kind: 'cluster',
+      nodes: [
+        { host: 'n0', port: 7000 },
+        { host: 'n1', port: 7001 },
+      ],
+      tls: true,
+    });
+    const plain = parseRedisUrl('redis+cluster://n0');
+    assert.equal(plain.kind === 'cluster' && plain.tls, undefined, 'redis+cluster: no TLS');
+  });
+
+  it('takes a CA file for rediss:// and hands ioredis the URL without it', () => {
+    assert.deepEqual(parseRedisUrl('rediss://:pw@h:6380/1?caFile=%2Fca%20dir%2Fca.pem'), {
+      kind: 'single',
+      url: 'rediss://:pw@h:6380/1',
+      caFile: '/ca dir/ca.pem',
+    });
+    assert.deepEqual(parseRedisUrl('rediss://h?family=6&caFile=/ca.pem'), {
+      kind: 'single',
+      url: 'rediss://h?family=6',
+      caFile: '/ca.pem',
+    });
+    assert.throws(
+      () => parseRedisUrl('redis://:secret@h?caFile=/ca.pem'),
+      (err: Error) => {
+        assert.match(err.message, /start the URL with rediss/);
+        assert.doesNotMatch(err.message, /secret/);
+        return true;
+      },
+    );
+  });
+
   it('refuses what it cannot use, saying which forms exist and hiding the password', () => {
     for (const bad of [
       'http://h:6379',
@@ -67,7 +113,11 @@ describe('parseRedisUrl', () => {
       'redis+sentinel://s0:26379/m?dbb=1',
       'redis+sentinel:///m',
       'redis+sentinel://s0,,s1/m',
-      'rediss+sentinel://s0:26379/m',
+      'rediss+sentinel://s0:26379/m?db=1&ssl=1',
+      'redis+sentinel://s0:26379/m?caFile=/ca.pem',
+      'redis://h:6379?caFile=/ca.pem',
+      'rediss://h:6379?caFile=',
+      'rediss+cluster://n0?caFile=',
       'redis+cluster://n0:7000/1',
       'redis+cluster://n0:99999',
       'redis+cluster://n0:7000?db=1',
@@ -88,6 +138,66 @@ describe('parseRedisUrl', () => {
       redact('redis+sentinel://s:1/m?sentinelPassword=p&db=1'),
       'redis+sentinel://s:1/m?sentinelPassword=***&db=1',
     );
+  });
+});
+
+describe('withPasswords (REDIS_PASSWORD, REDIS_SENTINEL_PASSWORD)', () => {
+  const odd = 'p@ss:w/rd?#%41+ ';
+
+  it('puts the password in every form, percent-encoded, after the user if any', () => {
+    for (const [url, want] of [
+      ['redis://h:6379/2', 'redis://:ENC@h:6379/2'],
+      ['rediss://user@h:6380', 'rediss://user:ENC@h:6380'],
+      ['redis://user:@h', 'redis://user:ENC@h'],
+      ['redis+sentinel://s0,s1/m?db=1', 'redis+sentinel://:ENC@s0,s1/m?db=1'],
+      ['rediss+cluster://n0:7000', 'rediss+cluster://:ENC@n0:7000'],
+    ] as const)
+      assert.equal(
+        withPasswords(url, { password: odd }),
+        want.replace('ENC', encodeURIComponent(odd)),
+      );
+    const sentinel = parseRedisUrl(
+      withPasswords('redis+sentinel://s0/m?db=1', { password: odd, sentinelPassword: odd }),
+    );
+    assert.equal(sentinel.kind === 'sentinel' && sentinel.password, odd);
+    assert.equal(sentinel.kind === 'sentinel' && sentinel.sentinelPassword, odd);
+    assert.equal(sentinel.kind === 'sentinel' && sentinel.db, 1);
+    const single = parseRedisUrl(withPasswords('redis://h', { password: odd }));
+    assert.equal(
+      decodeURIComponent(new URL(single.kind === 'single' ? single.url : '').password),
+      odd,
+      'ioredis decodes it back',
+    );
+  });
+
+  it('leaves the URL alone without passwords', () => {
+    for (const url of ['redis://:pw@h', 'redis+sentinel://s0/m?sentinelPassword=x'])
+      assert.equal(withPasswords(url, { password: undefined, sentinelPassword: '' }), url);
+  });
+
+  it('refuses a password given twice, or a Sentinel password without Sentinels, hiding both', () => {
+    for (const [url, given, message] of [
+      [
+        'redis://:inurl@h',
+        { password: 'inenv' },
+        /given twice, in --redis-url and in REDIS_PASSWORD/,
+      ],
+      [
+        'redis+sentinel://s0/m?sentinelPassword=inurl',
+        { sentinelPassword: 'inenv' },
+        /Sentinels' password is given twice/,
+      ],
+      ['redis://h', { sentinelPassword: 'inenv' }, /must then be a redis\+sentinel:\/\/ URL/],
+    ] as const)
+      assert.throws(
+        () => withPasswords(url, given),
+        (err: Error) => {
+          assert.ok(err instanceof RedisUrlError);
+          assert.match(err.message, message);
+          assert.doesNotMatch(err.message, /inurl|inenv/);
+          return true;
+        },
+      );
   });
 });
 

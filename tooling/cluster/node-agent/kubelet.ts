@@ -1,5 +1,6 @@
 // The node agent's kubelet: one real `rollcall <args> --address=127.0.0.1 --port=N` process
-// per live pod of rollcall's image on the fake node, its secret volumes written as files (and
+// per live pod of rollcall's image on the fake node, acting as the pod's ServiceAccount (a
+// token bound to the pod, renewed, tokens.ts), its secret volumes written as files (and
 // rewritten when the Secret changes, volumes.ts), its readiness probed every second and
 // written to the pod's status; a deleted pod's process is stopped, and a process that exits
 // gets its pod deleted so that its ReplicaSet replaces it.
@@ -35,14 +36,17 @@ import {
 import type { Backend } from './routing.ts';
 import type { NodeAgentState } from '../node-agent-state.ts';
 import { apiTime, nextPodIp, podStatus, statusDiffers, type ContainerPhase } from './status.ts';
+import { PodTokens } from './tokens.ts';
 import { SecretVolumes } from './volumes.ts';
 
 export interface KubeletOptions {
   api: ApiTarget;
   /** The cluster directory: pods/ and logs/pods/ go here. */
   dir: string;
-  /** The admin kubeconfig file, for the pods' processes (see processSpec). */
-  kubeconfig: string;
+  /** The CA file that verifies the apiserver, for the pods' kubeconfigs (tokens.ts). */
+  caFile: string;
+  /** The lifetime of the pods' tokens (default an hour; renewed at 80% of it). */
+  tokenSeconds?: number;
   nodeName: string;
   /** Pods with a container of this image are the kubelet's. */
   image: string;
@@ -78,8 +82,10 @@ interface PodRuntime {
   failures: number;
   everReady: boolean;
   probeTimer?: NodeJS.Timeout;
-  /** A start held back by the crash back-off. */
+  /** A start held back by the crash back-off, or retried after its token could not be had. */
   retryTimer?: NodeJS.Timeout;
+  /** Token requests that failed in a row, for the retry's back-off. */
+  tokenFailures: number;
   /** The kubelet stopped it (pod deleted, agent shutting down): its exit is expected. */
   stopping: boolean;
   /** Its process exited on its own: the pod is being deleted, never restarted here. */
@@ -94,6 +100,7 @@ export class Kubelet {
   readonly #o: KubeletOptions;
   readonly #pods: Reflector<KubernetesObject>;
   readonly #volumes: SecretVolumes;
+  readonly #tokens: PodTokens;
   readonly #runtimes = new Map<string, PodRuntime>();
   /** Runtimes being stopped, until their process exits. */
   readonly #stopping = new Set<PodRuntime>();
@@ -120,6 +127,13 @@ export class Kubelet {
       log: options.log,
       onChange: (namespace, name) => this.#secretChanged(namespace, name),
     });
+    this.#tokens = new PodTokens({
+      api: options.api,
+      server: options.api.server,
+      caFile: options.caFile,
+      log: options.log,
+      seconds: options.tokenSeconds,
+    });
   }
 
   /** Watches the node's pods (call it once the apiserver is ready). */
@@ -139,6 +153,7 @@ export class Kubelet {
     this.#runtimes.clear();
     const deadline = Date.now() + graceMs + 1_000;
     while (this.#stopping.size > 0 && Date.now() < deadline) await sleep(50);
+    this.#tokens.stop();
   }
 
   /** Ends the watches of pods and Secrets. */
@@ -242,6 +257,7 @@ export class Kubelet {
       successes: 0,
       failures: 0,
       everReady: false,
+      tokenFailures: 0,
       stopping: false,
       exited: false,
       volumes: new Map(),
@@ -273,8 +289,25 @@ export class Kubelet {
       rt.phase = { state: 'waiting', ...mounts };
       return;
     }
+    const identity = await this.#tokens.mount(pod, this.#podDir(rt));
+    if (rt.stopping || this.#runtimes.get(rt.key) !== rt) {
+      this.#tokens.release(rt.uid); // deleted meanwhile
+      return;
+    }
+    if ('reason' in identity) {
+      // As a kubelet retries a volume it could not mount: with a back-off, until it can.
+      rt.phase = { state: 'waiting', ...identity };
+      const delay = Math.min(2_000 * 2 ** rt.tokenFailures++, 30_000);
+      clearTimeout(rt.retryTimer);
+      rt.retryTimer = setTimeout(() => this.#schedule(rt.key), delay);
+      return;
+    }
+    rt.tokenFailures = 0;
     const port = await freePort();
-    if (rt.stopping || this.#runtimes.get(rt.key) !== rt) return; // deleted meanwhile
+    if (rt.stopping || this.#runtimes.get(rt.key) !== rt) {
+      this.#tokens.release(rt.uid);
+      return;
+    }
     const spec = processSpec({
       pod,
       container,
@@ -283,10 +316,11 @@ export class Kubelet {
       port,
       podIP: rt.podIP,
       mounts,
-      kubeconfig: this.#o.kubeconfig,
+      kubeconfig: identity.kubeconfig,
       path: process.env.PATH,
     });
     if ('error' in spec) {
+      this.#tokens.release(rt.uid);
       rt.phase = { state: 'waiting', reason: 'CreateContainerConfigError', message: spec.error };
       return;
     }
@@ -326,6 +360,7 @@ export class Kubelet {
     if (rt.child !== child) return; // 'error' and 'exit' may both come
     rt.child = undefined;
     clearTimeout(rt.probeTimer);
+    this.#tokens.release(rt.uid);
     const line = `process ${child.pid ?? '-'} ${how}`;
     appendFileSync(this.#podLog(rt), `[node-agent] ${new Date().toISOString()} ${line}\n`);
     if (rt.stopping) {
@@ -358,6 +393,7 @@ export class Kubelet {
     rt.stopping = true;
     clearTimeout(rt.probeTimer);
     clearTimeout(rt.retryTimer);
+    this.#tokens.release(rt.uid);
     const child = rt.child;
     if (!child) return;
     this.#stopping.add(rt);

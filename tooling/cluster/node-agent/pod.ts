@@ -66,6 +66,10 @@ export const agentPodSchema = z.looseObject({
   }),
   spec: z.looseObject({
     nodeName: z.string().optional(),
+    serviceAccountName: z.string().optional(),
+    /** The deprecated alias of serviceAccountName. */
+    serviceAccount: z.string().optional(),
+    automountServiceAccountToken: z.boolean().optional(),
     terminationGracePeriodSeconds: z.number().optional(),
     containers: z.array(containerSchema),
     volumes: z.array(volumeSchema).optional(),
@@ -164,7 +168,11 @@ export interface ProcessSpecInput {
   port: number;
   podIP: string;
   mounts: readonly MountedDir[];
-  kubeconfig: string;
+  /**
+   * The kubeconfig of the pod's own ServiceAccount token (tokens.ts), where a kubelet would
+   * mount the token; none when the pod opts out (automountServiceAccountToken: false).
+   */
+  kubeconfig: string | undefined;
   /** PATH for the process (a container gets one from its image). */
   path?: string;
 }
@@ -207,9 +215,10 @@ export function processSpec(input: ProcessSpecInput): ProcessSpec | { error: str
       env[v.name] = expandVars(v.value ?? '', env);
     }
   }
-  // The admin kubeconfig, because fake nodes mount no ServiceAccount token (the apiserver runs
-  // without the ServiceAccount admission plugin), so the pod's own identity is not available.
-  env.KUBECONFIG = input.kubeconfig;
+  // The pod's own identity: its account's token, bound to the pod. A real pod reads it from
+  // the token volume the ServiceAccount admission plugin adds; the local apiserver runs
+  // without that plugin, so the agent hands the process a kubeconfig that reads the token.
+  if (input.kubeconfig !== undefined) env.KUBECONFIG = input.kubeconfig;
 
   const args = argv.args.map((a) => rewriteMountPaths(expandVars(a, env), input.mounts));
   return {
