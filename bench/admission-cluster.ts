@@ -14,7 +14,8 @@ import {
   PatchStrategy,
   setHeaderOptions,
 } from '@kubernetes/client-node';
-import { down, up, type ClusterState } from '../tooling/cluster/cluster.ts';
+import { down, kubectl, up, type ClusterState } from '../tooling/cluster/cluster.ts';
+import { POLICY_SERVER_ACCOUNT } from '../tooling/demo/identities.ts';
 import { repoRoot } from '../tooling/cluster/paths.ts';
 import { readNodeAgentState } from '../tooling/cluster/node-agent-state.ts';
 import { startRedis, type RunningRedis } from '../tooling/cluster/redis.ts';
@@ -148,6 +149,12 @@ export class BenchCluster {
   /** `rollcall run` (and its Redis) as the image runs it, Ready; it installs the CRDs. */
   async startRollcall(name: string): Promise<void> {
     await this.ensureNamespace(rollcallNamespace);
+    // The policy servers' account and its guards, as deploy/ installs them: the node agent runs
+    // each replica under a token of its pod's ServiceAccount.
+    const identities = ['rbac.yaml', 'guard-identities.yaml'].map((f) =>
+      join(repoRoot, 'deploy', f),
+    );
+    kubectl(this.state, ['apply', ...identities.flatMap((f) => ['-f', f])]);
     this.#redis = await startRedis({ dir: join(this.dir, 'redis'), log: this.#log });
     // No --webhook-url: webhooks name the policy server's Service, as in a real cluster.
     const p = await startRollcall(name, 'run', {
@@ -169,7 +176,7 @@ export class BenchCluster {
           apiVersion: 'rollcall.dev/v1alpha1',
           kind: 'PolicyServer',
           metadata: { name },
-          spec,
+          spec: { serviceAccountName: POLICY_SERVER_ACCOUNT, ...spec },
         },
       }),
     );

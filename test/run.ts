@@ -47,6 +47,7 @@ const files = process.env.ROLLCALL_TEST_FILES?.split(' ') ?? [
 const needs: SystemNeed[] = [...localClusterNeeds];
 const fileNeeds: Record<string, readonly Omit<SystemNeed, 'neededBy'>[]> = {
   'test/integration/ops/surface.test.ts': [{ command: 'chromium', debianPackage: 'chromium' }],
+  'test/integration/ops/ui-attacks.test.ts': [{ command: 'chromium', debianPackage: 'chromium' }],
   'test/integration/cluster/lifecycle.test.ts': [{ command: 'ps', debianPackage: 'procps' }],
   'test/integration/deploy/image.test.ts': imageToolNeeds,
 };
