@@ -76,6 +76,14 @@ export type Rule = z.output<typeof ruleSchema>;
 
 // ---------------------------------------------------------------- Policy
 
+/** What a failed validation does (ValidatingAdmissionPolicyBinding's validationActions). */
+export const VALIDATION_ACTIONS = ['Deny', 'Warn', 'Audit'] as const;
+export type ValidationAction = (typeof VALIDATION_ACTIONS)[number];
+// As the CRD's x-kubernetes-validations say them.
+export const VALIDATION_ACTIONS_UNIQUE_MESSAGE = 'validationActions must not repeat an action';
+export const VALIDATION_ACTIONS_DENY_WARN_MESSAGE =
+  'validationActions may not combine Deny and Warn (Deny already returns the message)';
+
 /** One CEL check, as in ValidatingAdmissionPolicy: the request is denied when it is false. */
 export const validationSchema = z.object({
   expression: celExpression,
@@ -134,7 +142,22 @@ export const policySpecFieldsSchema = z.object({
   namespaceSelector: labelSelectorSchema.optional(),
   objectSelector: labelSelectorSchema.optional(),
   timeoutSeconds: z.int().min(1).max(30).default(10),
+  /** Deprecated: `validationActions` says it (protect is [Deny], monitor is [Warn]). */
   mode: z.enum(['protect', 'monitor']).default('protect'),
+  /**
+   * What a failed validation does, as in ValidatingAdmissionPolicyBinding: Deny denies, Warn
+   * admits with the message as a warning, Audit admits and annotates the audit event. Absent:
+   * from `mode` (actionsOf).
+   */
+  validationActions: z
+    .array(z.enum(VALIDATION_ACTIONS))
+    .min(1)
+    .max(2)
+    .refine((a) => new Set(a).size === a.length, { message: VALIDATION_ACTIONS_UNIQUE_MESSAGE })
+    .refine((a) => !(a.includes('Deny') && a.includes('Warn')), {
+      message: VALIDATION_ACTIONS_DENY_WARN_MESSAGE,
+    })
+    .optional(),
 });
 
 /** The messages match the CRD's x-kubernetes-validations, so both say the same thing. */
@@ -154,11 +177,40 @@ export const policySpecSchema = policySpecFieldsSchema.superRefine((spec, ctx) =
 });
 export type PolicySpec = z.output<typeof policySpecSchema>;
 
+/** A Policy's validation actions: `validationActions`, else its deprecated `mode`'s. */
+export function actionsOf(
+  spec: Pick<PolicySpec, 'mode' | 'validationActions'>,
+): ValidationAction[] {
+  return spec.validationActions ?? (spec.mode === 'monitor' ? ['Warn'] : ['Deny']);
+}
+
 export const replicaFailureSchema = z.object({
   pod: z.string(),
   message: z.string().max(1024),
 });
 export type ReplicaFailure = z.output<typeof replicaFailureSchema>;
+
+/** An existing object the audit found failing, for the status page (`Kind namespace/name`). */
+export const auditFailureSchema = z.object({
+  object: z.string().max(512),
+  message: z.string().max(1024),
+});
+
+/**
+ * The audit of the objects that exist: how many its rules match (`checked`) and how many of
+ * those fail, over the results of `generation`; `completedAt`: when every audited namespace
+ * last had results of that generation (absent while the first pass of it runs).
+ */
+export const policyAuditSchema = z.object({
+  generation: generation,
+  checked: int32,
+  failing: int32,
+  errors: int32.optional(),
+  completedAt: z.string().optional(),
+  /** At most 10 failing objects, sorted. */
+  failures: z.array(auditFailureSchema).max(10).optional(),
+});
+export type PolicyAudit = z.output<typeof policyAuditSchema>;
 
 /** One word for the STATUS printer column; mirrors the Ready/Reconciling/Stalled conditions. */
 export const summarySchema = z.enum(['Ready', 'Reconciling', 'Stalled']);
@@ -193,6 +245,10 @@ export const policyStatusSchema = replicaStatusSchema({
   failures: z.array(replicaFailureSchema).max(10).optional(),
   /** The Policy generation whose rules the webhook currently enforces; absent: no webhook. */
   servedGeneration: generation.optional(),
+  /** actionsOf(spec) joined by commas (`Deny`, `Warn,Audit`): the MODE printer column. */
+  actions: z.string().optional(),
+  /** The continuous audit of existing objects (written by the audit-summary function). */
+  audit: policyAuditSchema.optional(),
 });
 export type PolicyStatus = z.output<typeof policyStatusSchema>;
 

@@ -2,7 +2,8 @@
 // apiserver), against its peer and baselines in the same run: rollcall without coalescing, a
 // controller-runtime controller (bench/peer), a polling reconciler (bench/poller.ts) and the
 // floor (the storm's required status writes and Events in a tight loop); then the admission
-// bench and the attack (bench/admission.ts, bench/attack.ts), each on a cluster of its own.
+// bench, the attack and the audit (bench/admission.ts, attack.ts, audit.ts), each on a cluster of
+// its own.
 // The bench plays the data plane itself (writes replica reports) to control timing.
 // Figures come from a counting proxy between each subject and the apiserver, a Policy watch,
 // /metrics and /proc. Prints a table; JSON goes to bench/out/.
@@ -40,11 +41,12 @@ import { benchDir, pool, sleep } from './support.ts';
 import { printTable, type PerSubject } from './table.ts';
 
 if (process.argv.includes('--help')) {
-  console.log(`usage: npm run bench [-- --quick] [-- --keep-cluster] [-- --no-admission] [-- --no-attack]
+  console.log(`usage: npm run bench [-- --quick] [-- --keep-cluster] [-- --no-admission] [-- --no-attack] [-- --no-audit]
   --quick         small sizes, under 5 minutes: ${JSON.stringify(sizesFor(true))}
-  --keep-cluster  leave the bench's clusters (.rollcall/bench, -admission, -attack) running afterwards
+  --keep-cluster  leave the bench's clusters (.rollcall/bench, -admission, -attack, -audit) running afterwards
   --no-admission  skip the admission figure (bench/admission.ts, also npm run bench:admission)
-  --no-attack     skip the last part, the attack (bench/attack.ts, also npm run bench:attack)
+  --no-attack     skip the attack (bench/attack.ts, also npm run bench:attack)
+  --no-audit      skip the last part, the audit (bench/audit.ts, also npm run bench:audit)
   BENCH_FLIPS, BENCH_STORM, BENCH_MEM_PODS, BENCH_MEM_POLICIES override the sizes (full: ${JSON.stringify(sizesFor(false))})
   BENCH_SUBJECTS=rollcall,controller-runtime runs only the subjects named (of rollcall, no-coalesce,
     controller-runtime, polling)
@@ -55,7 +57,9 @@ then the storm's data plane alone, the floors (the storm's writes; a single chan
 writes), memory, worker scale-out and fan-out; last, on a cluster of its own, admission latency
 of rollcall's webhook beside the same policy as a native ValidatingAdmissionPolicy; then, on
 another cluster, an attack: a hostile policy under load beside the admission policy on the same
-policy server (the canary's latency, the replica's event-loop delay and peak RSS, failed calls).
+policy server (the canary's latency, the replica's event-loop delay and peak RSS, failed calls);
+last, on a cluster of its own, the audit: 10,000 existing pods × 20 [Audit] Policies on real policy
+servers (the initial pass, evaluations/s, API writes, memory, Report bytes, one change's latency).
 Figures go to stdout and bench/out/*.json.`);
   process.exit(0);
 }
@@ -262,4 +266,14 @@ if (!process.argv.includes('--no-attack')) {
     stdio: 'inherit',
   });
   if (attack.status !== 0) process.exitCode = attack.status ?? 1;
+}
+
+// The audit: existing pods × [Audit] Policies on real policy servers, on a cluster of its own.
+if (!process.argv.includes('--no-audit')) {
+  const flags = ['--quick', '--keep-cluster'].filter((f) => process.argv.includes(f));
+  log(`audit: node bench/audit.ts ${flags.join(' ')}`);
+  const audit = spawnSync(process.execPath, [join(repoRoot, 'bench', 'audit.ts'), ...flags], {
+    stdio: 'inherit',
+  });
+  if (audit.status !== 0) process.exitCode = audit.status ?? 1;
 }

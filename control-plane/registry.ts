@@ -96,6 +96,15 @@ export const WATCHED_KINDS = {
     labelSelector: `${MANAGED_BY_LABEL}=${MANAGED_BY}`,
     projection: 'webhook',
   },
+  // Their labels decide the Policies' namespaceSelectors in the audit. The objects the audit
+  // judges are watched apart, by the resources the Policies name (watcher/audited.ts).
+  Namespace: {
+    apiVersion: 'v1',
+    resource: 'namespaces',
+    namespaced: false,
+    metadataOnly: true,
+    projection: 'namespace',
+  },
   // The webhook CA, the serving certificates and caSecretRef Secrets (cert-manager's carry no
   // label of ours, hence every Secret of the namespace). Metadata only, as the apiserver sends
   // them: private keys never reach the watcher's memory, nor Redis.

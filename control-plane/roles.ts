@@ -123,9 +123,14 @@ export async function startRoles(
   const memory = releaseAfterBursts({
     released: (ms) => logger.debug({ ms }, 'freed heap pages returned to the OS'),
   });
-  if (roles.includes('watcher')) {
+  // The watcher's and the worker's apiserver (a UI-only process needs none).
+  const api =
+    roles.includes('watcher') || roles.includes('worker')
+      ? await loadApiTarget(config.kubeconfig)
+      : undefined;
+  if (api && roles.includes('watcher')) {
     watcher = new Watcher({
-      api: await loadApiTarget(config.kubeconfig),
+      api,
       queue,
       functions,
       namespace: config.namespace,
@@ -138,7 +143,7 @@ export async function startRoles(
   }
 
   let worker: StartedWorker | undefined;
-  if (roles.includes('worker')) {
+  if (api && roles.includes('worker')) {
     const { kc, KubeWriter } = await clientNode();
     worker = await startWorker({
       config,
@@ -149,6 +154,7 @@ export async function startRoles(
       logger,
       kubeWriter: (gate) => new KubeWriter(kc, gate, recordRequest),
       noteWork: memory.noteWork,
+      api,
     });
   }
 

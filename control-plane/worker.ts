@@ -9,7 +9,9 @@ import { EventRecorder } from './functions/event-recorder.ts';
 import type { KubeWriter } from './functions/kube-writer.ts';
 import { certificateExpiryGauge } from './functions/policyserver-metrics.ts';
 import type { FunctionConfig, FunctionContext, ReconcileFunction } from './functions/types.ts';
+import { AuditStore } from './projections/audit-store.ts';
 import { ProjectionStore } from './projections/store.ts';
+import type { ApiTarget } from '../lib/kube/api.ts';
 import {
   createRedis,
   runWorker,
@@ -33,6 +35,8 @@ export interface WorkerOptions {
   kubeWriter(gate: WriteGate): KubeWriter;
   /** Told of each run (roles.ts gives the memory a burst freed back to the OS). */
   noteWork(count: number): void;
+  /** The apiserver (the audit's reads and Reports). */
+  api: ApiTarget;
 }
 
 export interface StartedWorker {
@@ -66,6 +70,8 @@ export async function startWorker(options: WorkerOptions): Promise<StartedWorker
   certificateExpiryGauge(registry, store);
   const shared = {
     store,
+    audit: new AuditStore(storeRedis),
+    api: options.api,
     config: functionConfig(config),
     enqueue: async (keys: readonly string[]) => void (await options.queue.enqueueMany(keys)),
   };

@@ -6,7 +6,13 @@
 import type { Target } from './lifecycle.ts';
 import type { PoolJob, PoolOutcome } from './pool.ts';
 import { parseReview, type ParsedReview } from './review.ts';
-import { admissionResponse, type Outcome, type VerdictLabel } from './verdict.ts';
+import { actionsOf, type ValidationAction } from '../api/v1alpha1.ts';
+import {
+  admissionResponse,
+  type Outcome,
+  type PolicyAnswerContext,
+  type VerdictLabel,
+} from './verdict.ts';
 
 /**
  * The largest AdmissionReview accepted by default (`--max-review-bytes`): the apiserver takes
@@ -71,6 +77,83 @@ function readsNamespace(code: unknown): boolean {
 
 const invalid = (error: string): AdmissionResult => ({ status: 400, body: { error } });
 
+/** A review judged: its outcome, the request's uid and what answers it (the policy's actions). */
+export interface Judgement {
+  outcome: Outcome;
+  uid: string;
+  ctx: PolicyAnswerContext;
+  path?: EvaluationPath;
+}
+
+/**
+ * Judges one AdmissionReview body with `policy` at `generation`: the part of admission that
+ * the audit shares, so both judge alike. Never throws; a result instead of a judgement when
+ * the request is refused before evaluation (an unknown policy, an invalid review).
+ */
+export async function judge(
+  body: string,
+  policy: string,
+  generation: number,
+  deps: AdmissionDeps,
+  overloaded?: string,
+): Promise<Judgement | { refused: AdmissionResult }> {
+  const target = deps.target(policy, generation);
+  // A webhook for a Policy this server does not have: an error, so the apiserver applies
+  // the webhook's own failurePolicy (this replica knows no better one).
+  if (target.kind === 'unknown')
+    return {
+      refused: {
+        status: 404,
+        body: { error: `policy ${policy} is not assigned to this policy server (or was deleted)` },
+        verdict: 'error',
+      },
+    };
+
+  // The evaluation (inline or in a thread) reads the review. This thread parses it only for
+  // what the evaluation does not give: the Namespace of a policy that reads namespaceObject, and the uid of a
+  // request the thread did not answer (a generation not loaded here, a deadline passed).
+  let parsed: ParsedReview | undefined;
+  const read = () => (parsed ??= parseReview(body));
+  let outcome: Outcome;
+  let uid: string | undefined;
+  let answers: { actions: readonly ValidationAction[]; failurePolicy: 'Fail' | 'Ignore' };
+  let path: EvaluationPath | undefined;
+  if (target.kind === 'unavailable') {
+    outcome = { kind: 'unavailable', message: target.message };
+    answers = target;
+  } else {
+    const { spec } = target;
+    answers = { actions: actionsOf(spec), failurePolicy: spec.failurePolicy };
+    if (overloaded !== undefined) outcome = { kind: 'unavailable', message: overloaded };
+    else {
+      let namespace: string | null = null;
+      if (deps.namespace && readsNamespace(target.code)) {
+        const review = read();
+        if (!review.ok) return { refused: invalid(review.error) };
+        namespace = namespaceJson(deps.namespace(review.request.namespace));
+      }
+      const job: PoolJob = {
+        key: target.key,
+        policy: { code: target.code, params: spec.settings, failurePolicy: spec.failurePolicy },
+        review: body,
+        namespace,
+      };
+      let answer = deps.inline?.(job);
+      path = answer ? 'inline' : 'pool';
+      answer ??= await deps.evaluate(job, deadlineMs(spec.timeoutSeconds));
+      if (answer.kind === 'invalid') return { refused: invalid(answer.message) };
+      outcome = answer;
+      uid = answer.uid;
+    }
+  }
+  if (uid === undefined) {
+    const review = read();
+    if (!review.ok) return { refused: invalid(review.error) };
+    uid = review.request.uid;
+  }
+  return { outcome, uid, ctx: { policy, generation, ...answers }, ...(path && { path }) };
+}
+
 /**
  * Answers one AdmissionReview body for `policy` at `generation`. Never throws. `overloaded`:
  * the replica has no room for another evaluation, so a loaded generation is answered at once
@@ -83,67 +166,13 @@ export async function review(
   deps: AdmissionDeps,
   overloaded?: string,
 ): Promise<AdmissionResult> {
-  const target = deps.target(policy, generation);
-  // A webhook for a Policy this server does not have: an error, so the apiserver applies
-  // the webhook's own failurePolicy (this replica knows no better one).
-  if (target.kind === 'unknown')
-    return {
-      status: 404,
-      body: { error: `policy ${policy} is not assigned to this policy server (or was deleted)` },
-      verdict: 'error',
-    };
-
-  // The evaluation (inline or in a thread) reads the review. This thread parses it only for
-  // what the evaluation does not give: the Namespace of a policy that reads namespaceObject, and the uid of a
-  // request the thread did not answer (a generation not loaded here, a deadline passed).
-  let parsed: ParsedReview | undefined;
-  const read = () => (parsed ??= parseReview(body));
-  let outcome: Outcome;
-  let uid: string | undefined;
-  let ctx: { mode: 'protect' | 'monitor'; failurePolicy: 'Fail' | 'Ignore' };
-  let path: EvaluationPath | undefined;
-  if (target.kind === 'unavailable') {
-    outcome = { kind: 'unavailable', message: target.message };
-    ctx = target;
-  } else if (overloaded !== undefined) {
-    outcome = { kind: 'unavailable', message: overloaded };
-    ctx = target.spec;
-  } else {
-    const { spec } = target;
-    ctx = spec;
-    let namespace: string | null = null;
-    if (deps.namespace && readsNamespace(target.code)) {
-      const review = read();
-      if (!review.ok) return invalid(review.error);
-      namespace = namespaceJson(deps.namespace(review.request.namespace));
-    }
-    const job: PoolJob = {
-      key: target.key,
-      policy: { code: target.code, params: spec.settings, failurePolicy: spec.failurePolicy },
-      review: body,
-      namespace,
-    };
-    let answer = deps.inline?.(job);
-    path = answer ? 'inline' : 'pool';
-    answer ??= await deps.evaluate(job, deadlineMs(spec.timeoutSeconds));
-    if (answer.kind === 'invalid') return invalid(answer.message);
-    outcome = answer;
-    uid = answer.uid;
-  }
-  if (uid === undefined) {
-    const review = read();
-    if (!review.ok) return invalid(review.error);
-    uid = review.request.uid;
-  }
-  const { response, verdict } = admissionResponse(
-    uid,
-    { policy, generation, mode: ctx.mode, failurePolicy: ctx.failurePolicy },
-    outcome,
-  );
+  const judged = await judge(body, policy, generation, deps, overloaded);
+  if ('refused' in judged) return judged.refused;
+  const { response, verdict } = admissionResponse(judged.uid, judged.ctx, judged.outcome);
   return {
     status: 200,
     body: { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response },
     verdict,
-    ...(path && { path }),
+    ...(judged.path && { path: judged.path }),
   };
 }

@@ -1,6 +1,6 @@
 /**
  * The policy server's one HTTPS listener: admission (`POST /validate/<policy>/<generation>`),
- * probes (`/healthz`, `/readyz`) and `/metrics`. Plain node:https rather than a framework:
+ * the audit's batches (`POST /audit`, audit.ts), probes (`/healthz`, `/readyz`) and `/metrics`. Plain node:https rather than a framework:
  * admission latency is the product, and the body cap must apply while reading. Limits on the
  * way in bound what clients can hold: connections, TLS handshakes, bodies, requests in flight.
  */
@@ -12,7 +12,9 @@ import { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import { POLICY_SERVER_LIVENESS_PATH, POLICY_SERVER_READINESS_PATH } from '../api/constants.ts';
+import { AUDIT_PATH } from '../api/audit.ts';
 import { parseWebhookPath } from '../api/webhook-path.ts';
+import { auditBatch, AuditQueue } from './audit.ts';
 import {
   DEFAULT_MAX_REVIEW_BYTES,
   review,
@@ -176,6 +178,9 @@ class InFlight {
 interface Ingress {
   maxReviewBytes: number;
   inFlight: InFlight;
+  /** The audit judges a pair only while fewer admission requests than this are in flight. */
+  auditRoom: number;
+  audits: AuditQueue;
   /** `--client-ca-file` was given: admission needs a verified client certificate. */
   clientCertificates: boolean;
 }
@@ -210,6 +215,8 @@ export async function startHttpsServer(options: HttpsServerOptions): Promise<Pol
   const ingress: Ingress = {
     maxReviewBytes: limits.maxReviewBytes,
     inFlight: new InFlight(limits.maxInFlight),
+    auditRoom: Math.max(1, Math.floor(limits.maxInFlight / 4)),
+    audits: new AuditQueue(),
     clientCertificates: clientCa !== undefined,
   };
   const server = createServer(
@@ -300,10 +307,16 @@ async function handle(
     return;
   }
   const target = parseWebhookPath(path);
-  if (!target) return send(res, 404, { error: 'expected POST /validate/<policy>/<generation>' });
+  const auditing = path === AUDIT_PATH;
+  if (!target && !auditing)
+    return send(res, 404, {
+      error: `expected POST /validate/<policy>/<generation> or ${AUDIT_PATH}`,
+    });
   if (req.method !== 'POST') return send(res, 405, { error: 'use POST' });
   if (ingress.clientCertificates && !(req.socket as TLSSocket).authorized)
     return refuseUnauthenticated(req, res);
+
+  if (!target) return audit(req, res, options, ingress);
 
   const max = ingress.maxReviewBytes;
   const declared = Number(req.headers['content-length'] ?? 0);
@@ -346,6 +359,62 @@ async function handle(
 }
 
 /**
+ * `POST /audit` (audit.ts): under admission's limits on the body and the client certificate;
+ * a batch waits for the one being judged, and is refused (503) when several wait already.
+ */
+async function audit(
+  req: IncomingMessage,
+  res: ServerResponse,
+  options: HttpsServerOptions,
+  ingress: Ingress,
+): Promise<void> {
+  const busy = () => {
+    send(
+      res,
+      503,
+      { error: 'policy server busy: other audit batches are being judged' },
+      { connection: 'close', 'retry-after': '5' },
+    );
+    res.on('finish', () => req.destroy());
+  };
+  // Refused unread: a queue of bodies would hold their memory.
+  if (ingress.audits.full) return busy();
+  const max = ingress.maxReviewBytes;
+  const declared = Number(req.headers['content-length'] ?? 0);
+  if (declared > max) return tooLarge(req, res, max, options.metrics, 'an audit batch');
+  const body = await readBody(req, max);
+  if (body === undefined) return tooLarge(req, res, max, options.metrics, 'an audit batch');
+  const started = performance.now();
+  const answer = await ingress.audits.run(() =>
+    auditBatch(body, {
+      admission: options.admission,
+      enter: (policy) => {
+        const admitting = ingress.inFlight.count;
+        if (admitting >= ingress.auditRoom)
+          return {
+            overloaded: `policy server busy: ${admitting} requests in flight (the audit waits for fewer than ${ingress.auditRoom})`,
+          };
+        return ingress.inFlight.enter(policy);
+      },
+      evaluated: (policy) => options.metrics.audited(policy),
+    }),
+  );
+  if (!answer) return busy();
+  send(res, answer.status, answer.body);
+  if (options.logger.isLevelEnabled('debug'))
+    options.logger.debug(
+      {
+        status: answer.status,
+        ms: performance.now() - started,
+        ...('error' in answer.body
+          ? { error: answer.body.error }
+          : { pairs: answer.body.results.reduce((n, r) => n + r.length, 0) }),
+      },
+      'audit batch',
+    );
+}
+
+/**
  * The body as text, or undefined once it passes `max` bytes (the rest is not kept). Events
  * rather than `for await`: this runs for every admission request, and the async iterator
  * costs a promise and a tick per chunk.
@@ -372,12 +441,13 @@ function tooLarge(
   res: ServerResponse,
   max: number,
   metrics: PolicyServerMetrics,
+  what = 'an AdmissionReview',
 ): void {
   metrics.admissionRefused('too_large');
   send(
     res,
     413,
-    { error: `an AdmissionReview may be at most ${max} bytes (--max-review-bytes)` },
+    { error: `${what} may be at most ${max} bytes (--max-review-bytes)` },
     { connection: 'close' },
   );
   res.on('finish', () => req.destroy());

@@ -11,7 +11,13 @@
 import { z } from 'zod';
 import { REPORT_MESSAGE_MAX_CHARS, revisionName } from '../api/constants.ts';
 import type { ReplicaReport, ReportEntry } from '../api/report.ts';
-import { policyRevisionSpecSchema, policySpecSchema, type PolicySpec } from '../api/v1alpha1.ts';
+import {
+  actionsOf,
+  policyRevisionSpecSchema,
+  policySpecSchema,
+  type PolicySpec,
+  type ValidationAction,
+} from '../api/v1alpha1.ts';
 
 /** `uid/generation`: one loadable unit. A Policy deleted and created again has another uid. */
 export type LoadKey = string;
@@ -277,7 +283,7 @@ export type Target =
       kind: 'unavailable';
       message: string;
       failurePolicy: 'Fail' | 'Ignore';
-      mode: 'protect' | 'monitor';
+      actions: ValidationAction[];
     };
 
 /**
@@ -312,7 +318,7 @@ export function targetFor(
       `policy ${policy}: this replica has not loaded generation ${generation} (${why})`,
     ),
     failurePolicy: spec?.failurePolicy ?? 'Fail',
-    mode: spec?.mode ?? 'protect',
+    actions: spec ? actionsOf(spec) : ['Deny'],
   };
 }
 

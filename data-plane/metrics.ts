@@ -5,6 +5,8 @@ import type { VerdictLabel } from './verdict.ts';
 
 /** Each metric's HELP line, by name. */
 const HELP = {
+  rollcall_policy_server_audit_evaluations_total:
+    'Existing objects judged for the continuous audit (POST /audit), by policy',
   rollcall_admission_requests_total:
     'AdmissionReview requests answered, by policy, generation and verdict (allowed|denied|error|timeout|cost)',
   rollcall_admission_duration_seconds:
@@ -42,6 +44,7 @@ export class PolicyServerMetrics {
   readonly #connectionsRefused: Counter;
   readonly #handshakeFailures: Counter<'reason'>;
   readonly #admissionRefused: Counter<'reason'>;
+  readonly #audited: Counter<'policy'>;
   #ingress: () => { connections: number; inFlight: number } = () => ({
     connections: 0,
     inFlight: 0,
@@ -81,6 +84,7 @@ export class PolicyServerMetrics {
     this.#connectionsRefused = counter('rollcall_connections_refused_total', []);
     this.#handshakeFailures = counter('rollcall_tls_handshake_failures_total', ['reason']);
     this.#admissionRefused = counter('rollcall_admission_refused_total', ['reason']);
+    this.#audited = counter('rollcall_policy_server_audit_evaluations_total', ['policy']);
     this.#gauge('rollcall_open_connections', () => this.#ingress().connections);
     this.#gauge('rollcall_admission_requests_in_flight', () => this.#ingress().inFlight);
   }
@@ -150,6 +154,10 @@ export class PolicyServerMetrics {
 
   handshakeFailed(reason: 'timeout' | 'error'): void {
     this.#handshakeFailures.inc({ reason });
+  }
+
+  audited(policy: string): void {
+    this.#audited.inc({ policy });
   }
 
   admissionRefused(reason: 'overloaded' | 'too_large'): void {

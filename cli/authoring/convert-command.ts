@@ -22,10 +22,11 @@ export const CONVERT_USAGE = `Usage: rollcall convert --to vap FILE
 --to vap: each Policy with inline code in FILE becomes a ValidatingAdmissionPolicy and a
 ValidatingAdmissionPolicyBinding (admissionregistration.k8s.io/v1). Settings are inlined as
 the first variable (params → variables.params), so they keep their types; the namespaces every
-rollcall webhook excludes are excluded by the VAP too; monitor mode binds with [Warn].
+rollcall webhook excludes are excluded by the VAP too; the Policy's validationActions become
+the binding's (the deprecated mode: protect binds with [Deny], monitor with [Warn]).
 
 --from vap: each ValidatingAdmissionPolicy in FILE becomes a Policy per binding in FILE (its
-validationActions give the mode; its param resource, when FILE holds it, the settings).
+validationActions become the Policy's; its param resource, when FILE holds it, the settings).
 
 YAML goes to standard output; what does not carry over is named on standard error. FILE "-"
 reads standard input.

@@ -1,6 +1,6 @@
 /**
  * ValidatingAdmissionPolicy → Policy (see convert.ts): one Policy per binding (the VAP's name
- * when it has one binding, else the binding's), with the binding's validationActions as `mode`
+ * when it has one binding, else the binding's), with the binding's validationActions as its own
  * and its param resource, when the file holds it, as `settings` (the whole object, so
  * `params.data.x` reads the same). A VAP converted from a Policy gets its `params` back.
  */
@@ -108,7 +108,8 @@ export function vapToPolicies(
     if (Array.isArray(spec.auditAnnotations) && spec.auditAnnotations.length > 0)
       notes.push({
         field: `${at} spec.auditAnnotations`,
-        message: 'not converted: rollcall records no audit annotations',
+        message:
+          'not converted: rollcall has no audit annotation expressions (its Audit action records the failed validation only)',
         lost: true,
       });
     const { settings, restored } = restoreSettings(vap, spec);
@@ -123,7 +124,7 @@ export function vapToPolicies(
       notes.push({
         field: at,
         message:
-          'no binding among the objects (a VAP without one enforces nothing): converted with mode protect',
+          'no binding among the objects (a VAP without one enforces nothing): converted with validationActions [Deny]',
         lost: false,
       });
 
@@ -132,7 +133,7 @@ export function vapToPolicies(
       const bAt = variant.binding
         ? `ValidatingAdmissionPolicyBinding/${nameOf(variant.binding)}`
         : at;
-      const mode = bindingMode(b, bAt, notes);
+      const validationActions = bindingActions(b, bAt, notes);
       const found = boundParam(paramKind, variant.binding, at, bAt, all, notes);
       if (!found.ok) {
         errors.push(found.error);
@@ -142,7 +143,7 @@ export function vapToPolicies(
 
       const policySpec: Record<string, unknown> = {
         policyServer: options.policyServer ?? 'default',
-        mode,
+        validationActions,
         failurePolicy: spec.failurePolicy ?? 'Fail',
         rules,
         ...(withoutExclusion(record(constraints.namespaceSelector), excluded)
@@ -276,26 +277,23 @@ function restoreSettings(
   return { settings, restored };
 }
 
-/** The Policy's mode from a binding's validationActions, noting what of the binding is lost. */
-function bindingMode(
-  b: Record<string, unknown>,
-  bAt: string,
-  notes: ConversionNote[],
-): 'protect' | 'monitor' {
-  const actions = Array.isArray(b.validationActions)
-    ? (b.validationActions as unknown[])
-    : ['Deny'];
-  const mode = actions.includes('Deny') ? 'protect' : 'monitor';
+/**
+ * The Policy's validationActions: the binding's, as written (the Policy's schema then checks
+ * them as the apiserver does; absent: Deny), noting what of the binding is lost.
+ */
+function bindingActions(b: Record<string, unknown>, bAt: string, notes: ConversionNote[]): unknown {
+  const actions = Array.isArray(b.validationActions) ? b.validationActions : ['Deny'];
+  if (actions.includes('Warn'))
+    notes.push({
+      field: `${bAt} spec.validationActions`,
+      message: `Warn: rollcall's warning reads "<policy> would deny: <message>"`,
+      lost: false,
+    });
   if (actions.includes('Audit'))
     notes.push({
       field: `${bAt} spec.validationActions`,
-      message: 'Audit: rollcall records no audit events',
-      lost: true,
-    });
-  if (mode === 'monitor')
-    notes.push({
-      field: `${bAt} spec.validationActions`,
-      message: `${actions.join(', ')} → mode monitor (allowed, with a warning)`,
+      message:
+        'Audit: the audit event annotation is <policy>.policies.rollcall.dev/validation_failure (not validation.policy.admission.k8s.io/validation_failure)',
       lost: false,
     });
   if (isRecord(b.matchResources) && Object.keys(b.matchResources).length > 0)
@@ -304,7 +302,7 @@ function bindingMode(
       message: "not converted: rollcall has one set of rules, the VAP's matchConstraints",
       lost: true,
     });
-  return mode;
+  return actions;
 }
 
 /**

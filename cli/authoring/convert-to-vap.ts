@@ -1,8 +1,8 @@
 /**
  * Policy → ValidatingAdmissionPolicy (see convert.ts): rules become
  * `matchConstraints.resourceRules`; the namespaceSelector also excludes the namespaces every
- * rollcall webhook excludes (so both enforce the same requests); `mode` becomes the binding's
- * validationActions (protect: Deny, monitor: Warn). `settings` are inlined as a first variable
+ * rollcall webhook excludes (so both enforce the same requests); the Policy's validationActions
+ * (actionsOf: the deprecated `mode`'s when absent) become the binding's. `settings` are inlined as a first variable
  * holding them as a CEL literal, and `params` in the expressions is rewritten to
  * `variables.params`: VAP's params come from a separate resource, and the only built-in one, a
  * ConfigMap, holds strings, so `params.maxReplicas` would turn from 5 into "5" and
@@ -11,7 +11,12 @@
  */
 import type { ASTNode } from '@marcbachmann/cel-js';
 import { API_VERSION } from '../../api/constants.ts';
-import { policySpecSchema, type PolicySpec } from '../../api/v1alpha1.ts';
+import {
+  actionsOf,
+  policySpecSchema,
+  type PolicySpec,
+  type ValidationAction,
+} from '../../api/v1alpha1.ts';
 import { namespaceSelectorExcluding } from '../../control-plane/functions/webhook-core.ts';
 import { zodMessage } from '../../data-plane/lifecycle.ts';
 import {
@@ -158,14 +163,8 @@ export function policyToVap(policy: unknown, options: ConvertOptions = {}): Conv
     message: `also excludes ${excluded.join(', ')}, as every rollcall webhook does`,
     lost: false,
   });
-  const actions = spec.mode === 'monitor' ? ['Warn'] : ['Deny'];
-  if (spec.mode === 'monitor')
-    notes.push({
-      field: 'spec.mode',
-      message:
-        "monitor → validationActions [Warn]: the warning reads \"Validation failed for ValidatingAdmissionPolicy '<policy>' with binding '<binding>': <message>\" where rollcall's reads \"<policy> (monitor) would deny: <message>\"",
-      lost: false,
-    });
+  const actions = actionsOf(spec);
+  notes.push(...actionNotes(spec, actions));
 
   const annotations = {
     [CONVERTED_FROM_ANNOTATION]: `Policy/${name}`,
@@ -289,4 +288,27 @@ function inlineSettings(
     ...(v.reason !== undefined ? { reason: v.reason } : {}),
   }));
   return { inlined, settingsVariable, variables, matchConditions, validations };
+}
+
+/** What reads differently under the VAP's validationActions (nothing is lost). */
+function actionNotes(spec: PolicySpec, actions: readonly ValidationAction[]): ConversionNote[] {
+  const field = spec.validationActions ? 'spec.validationActions' : 'spec.mode';
+  const notes: ConversionNote[] = [];
+  if (!spec.validationActions && spec.mode === 'monitor')
+    notes.push({ field, message: 'monitor → validationActions [Warn]', lost: false });
+  if (actions.includes('Warn'))
+    notes.push({
+      field,
+      message:
+        "Warn: the warning reads \"Validation failed for ValidatingAdmissionPolicy '<policy>' with binding '<binding>': <message>\" where rollcall's reads \"<policy> would deny: <message>\"",
+      lost: false,
+    });
+  if (actions.includes('Audit'))
+    notes.push({
+      field,
+      message:
+        'Audit: the audit event annotation is validation.policy.admission.k8s.io/validation_failure where rollcall writes <policy>.policies.rollcall.dev/validation_failure',
+      lost: false,
+    });
+  return notes;
 }

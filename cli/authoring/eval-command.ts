@@ -8,6 +8,7 @@
  * that does not load (with the message a replica would report).
  */
 import { parse as parseYaml } from 'yaml';
+import { actionsOf } from '../../api/v1alpha1.ts';
 import { formatCost, REQUEST_COST_BUDGET } from '../../data-plane/cel/budget.ts';
 import { parseReview } from '../../data-plane/review.ts';
 import { outputFormat, readCommandLine, stringOptions, type ParsedLine } from '../command-line.ts';
@@ -58,7 +59,8 @@ export interface EvalReport {
   policy: {
     name: string;
     generation: number;
-    mode: string;
+    /** validationActions (from the deprecated `mode` when absent). */
+    actions: string[];
     failurePolicy: string;
     file: string;
   };
@@ -69,7 +71,7 @@ export interface EvalReport {
     name: string;
     userInfo: unknown;
   };
-  /** pass, fail (denied, or in monitor mode would deny), skip (does not apply), error. */
+  /** pass, fail (denied, or would deny under Warn or Audit), skip (does not apply), error. */
   result: Evaluation['result'];
   allowed: boolean;
   message: string;
@@ -346,7 +348,7 @@ function toReport(
     policy: {
       name: policy.name,
       generation: policy.generation,
-      mode: policy.spec.mode,
+      actions: actionsOf(policy.spec),
       failurePolicy: policy.spec.failurePolicy,
       file: policy.source.file,
     },
@@ -392,14 +394,14 @@ const VERDICT: Record<Evaluation['result'], string> = {
 function text(r: EvalReport): string {
   const verdict =
     r.result === 'fail' && r.allowed
-      ? 'admitted (monitor mode: it would deny)'
+      ? `admitted (validationActions ${r.policy.actions.join(',')}: it would deny)`
       : r.result === 'error' && r.allowed
-        ? 'admitted (an expression failed, allowed by failurePolicy Ignore or monitor mode)'
+        ? 'admitted (an expression failed, allowed by failurePolicy Ignore or by validationActions without Deny)'
         : VERDICT[r.result];
   const rows: [string, string][] = [
     [
       'policy',
-      `${r.policy.name} (generation ${r.policy.generation}, mode ${r.policy.mode}, failurePolicy ${r.policy.failurePolicy}) from ${r.policy.file}`,
+      `${r.policy.name} (generation ${r.policy.generation}, validationActions ${r.policy.actions.join(',')}, failurePolicy ${r.policy.failurePolicy}) from ${r.policy.file}`,
     ],
     [
       'request',
@@ -410,11 +412,12 @@ function text(r: EvalReport): string {
     ['warnings', r.warnings.length ? r.warnings.join('\n') : 'none'],
     [
       'audit',
+      // As the apiserver records them: each key prefixed with the webhook's name.
       Object.keys(r.auditAnnotations).length
         ? Object.entries(r.auditAnnotations)
-            .map(([k, v]) => `${k}=${v}`)
+            .map(([k, v]) => `${r.policy.name}.policies.rollcall.dev/${k}=${v}`)
             .join('\n')
-        : 'none (rollcall’s engine has no audit annotations yet)',
+        : 'none',
     ],
     [
       'cost',

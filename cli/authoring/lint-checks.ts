@@ -3,9 +3,10 @@
  * syntax trees (no evaluation): an expression whose value is fixed whatever the request (a
  * validation that can never deny or always denies, a match condition that excludes nothing or
  * everything), and a variable that no expression reads. Syntactic and conservative: a shape it
- * does not know is never reported.
+ * does not know is never reported. Also the deprecated `spec.mode` (modeWarning).
  */
 import type { ASTNode } from '@marcbachmann/cel-js';
+import { actionsOf, type PolicySpec } from '../../api/v1alpha1.ts';
 import { policyExpressions, type CompiledPolicy } from '../../data-plane/cel/index.ts';
 
 export interface LintWarning {
@@ -214,4 +215,23 @@ export function lintPolicy(policy: CompiledPolicy): LintWarning[] {
           message: `variable ${name} is never used`,
         });
   return warnings;
+}
+
+/**
+ * The warning for a spec that writes the deprecated `mode` (`written`: the spec as written, to
+ * tell a `mode` written from the schema's default), naming the validationActions to write
+ * instead; undefined when it does not write one.
+ */
+export function modeWarning(
+  written: unknown,
+  spec: Pick<PolicySpec, 'mode' | 'validationActions'>,
+): LintWarning | undefined {
+  if (typeof written !== 'object' || written === null || !('mode' in written)) return undefined;
+  const list = `[${actionsOf(spec).join(', ')}]`;
+  return {
+    fieldPath: 'spec.mode',
+    message: spec.validationActions
+      ? `mode is deprecated and ignored: validationActions ${list} says what a failed validation does; remove mode`
+      : `mode is deprecated: write validationActions: ${list} instead (the same behaviour)`,
+  };
 }

@@ -28,7 +28,7 @@ import {
   type SourceObject,
   type TextPosition,
 } from './documents.ts';
-import { lintPolicy } from './lint-checks.ts';
+import { lintPolicy, modeWarning } from './lint-checks.ts';
 import { loadPolicy, policiesAmong, policyName } from './policies.ts';
 
 export const LINT_USAGE = `Usage: rollcall lint FILE... [-o text|json]
@@ -36,7 +36,8 @@ export const LINT_USAGE = `Usage: rollcall lint FILE... [-o text|json]
 Loads every Policy in the files as a policy-server replica would (schema, CEL type check,
 unsupported libraries, cost estimate; a spec.source document is downloaded and checked) and
 reports every problem with its field path and its place in the file, plus warnings: an
-expression that is always true (or always false), a variable that is never used.
+expression that is always true (or always false), a variable that is never used, the
+deprecated spec.mode (with the validationActions to write instead).
 
 Options:
   -o, --output text|json   default text
@@ -122,6 +123,8 @@ export async function lintObject(source: SourceObject): Promise<LintProblem[]> {
     return sorted(problems);
   }
   const spec: PolicySpec = parsed.data;
+  const deprecated = modeWarning(source.value.spec, spec);
+  if (deprecated) add('warning', deprecated.fieldPath, deprecated.message);
   const interceptions = guardedResourcesInterceptedBy(spec.rules);
   if (interceptions.length > 0)
     add(

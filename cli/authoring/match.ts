@@ -10,6 +10,7 @@
  */
 import type { LabelSelector, PolicySpec, Rule } from '../../api/v1alpha1.ts';
 import { excludedNamespaces, ruleIntercepts } from '../../control-plane/functions/webhook-core.ts';
+import { selects } from '../../lib/kube/label-selector.ts';
 
 /** rollcall's namespace when nobody configured another (`--namespace` of the roles). */
 export const DEFAULT_ROLLCALL_NAMESPACE = 'rollcall-system';
@@ -78,30 +79,6 @@ export function ruleMatches(rule: Rule, a: RequestAttributes): boolean {
   );
 }
 
-/** metav1.LabelSelector over `labels`; an absent or empty selector selects everything. */
-export function selectorMatches(
-  selector: LabelSelector | undefined,
-  labels: Readonly<Record<string, string>>,
-): boolean {
-  if (!selector) return true;
-  for (const [key, value] of Object.entries(selector.matchLabels ?? {}))
-    if (labels[key] !== value) return false;
-  for (const { key, operator, values = [] } of selector.matchExpressions ?? []) {
-    const has = Object.hasOwn(labels, key);
-    const value = labels[key];
-    const ok =
-      operator === 'In'
-        ? has && values.includes(value ?? '')
-        : operator === 'NotIn'
-          ? !has || !values.includes(value ?? '')
-          : operator === 'Exists'
-            ? has
-            : !has;
-    if (!ok) return false;
-  }
-  return true;
-}
-
 const isEmptySelector = (s: LabelSelector | undefined) =>
   !s ||
   ((s.matchLabels === undefined || Object.keys(s.matchLabels).length === 0) &&
@@ -166,7 +143,7 @@ export function admissionMatch(
         notes.push(
           `namespace ${a.namespace}: labels unknown (no Namespace object given), namespaceSelector not checked`,
         );
-      else if (!selectorMatches(spec.namespaceSelector, labels))
+      else if (!selects(spec.namespaceSelector, labels))
         return {
           matched: false,
           reason: `namespace ${a.namespace} does not match the namespaceSelector (labels ${JSON.stringify(labels)})`,
@@ -179,7 +156,7 @@ export function admissionMatch(
     const candidates = [labelsOf(a.object), labelsOf(a.oldObject)].filter(
       (l): l is Record<string, string> => l !== undefined,
     );
-    if (!candidates.some((labels) => selectorMatches(spec.objectSelector, labels)))
+    if (!candidates.some((labels) => selects(spec.objectSelector, labels)))
       return { matched: false, reason: 'the object does not match the objectSelector' };
   }
   return { matched: true, rule, notes };

@@ -2,13 +2,15 @@
  * One request through one loaded Policy, as the policy server answers it: whether the webhook
  * would send it (match.ts), then the server's own evaluation (`answerReview` of
  * data-plane/evaluation.ts, the function both of its paths call) and answer
- * (`admissionResponse` of data-plane/verdict.ts: mode, failurePolicy, reasons and codes).
+ * (`admissionResponse` of data-plane/verdict.ts: validationActions, failurePolicy, reasons and
+ * codes).
  *
  * Which expressions ran is observed, not re-derived: each compiled expression's program is
  * wrapped so that every call the engine makes (match conditions, variables when first read,
  * validations, message expressions) is recorded with its result or error, in the order the
  * engine finished them.
  */
+import { actionsOf } from '../../api/v1alpha1.ts';
 import type { CompiledPolicy } from '../../data-plane/cel/index.ts';
 import { answerReview, type Answer, type KeptPolicy } from '../../data-plane/evaluation.ts';
 import {
@@ -29,8 +31,8 @@ export interface TraceEntry {
 }
 
 /**
- * The result as a test states it: `pass` (the policy allows), `fail` (it denies, or in monitor
- * mode would deny), `skip` (it does not apply: the webhook would not send the request, or a
+ * The result as a test states it: `pass` (the policy allows), `fail` (it denies, or would deny
+ * and its validationActions warn or audit instead), `skip` (it does not apply: the webhook would not send the request, or a
  * match condition is false), `error` (an expression failed at run time and failurePolicy Fail
  * denied).
  */
@@ -44,7 +46,7 @@ export interface Evaluation {
   /** The server's answer; absent when the webhook would not send the request. */
   response?: AdmissionResponse;
   warnings: string[];
-  /** Audit annotations: rollcall's engine has none yet. */
+  /** The response's audit annotations (the Audit action's `validation_failure`), unprefixed. */
   auditAnnotations: Record<string, string>;
   trace: TraceEntry[];
   /** Cost units the runtime meter counted, when the engine has one. */
@@ -170,7 +172,7 @@ export function evaluateRequest(policy: LoadedPolicy, input: EvaluationInput): E
     {
       policy: policy.name,
       generation: policy.generation,
-      mode: spec.mode,
+      actions: actionsOf(spec),
       failurePolicy: spec.failurePolicy,
     },
     outcome,
@@ -185,27 +187,31 @@ export function evaluateRequest(policy: LoadedPolicy, input: EvaluationInput): E
     ...base,
     response,
     warnings: response.warnings ?? [],
+    auditAnnotations: response.auditAnnotations ?? {},
     trace,
     ...(cost !== undefined ? { cost } : {}),
   };
 
   // A false match condition: allowed without validating, i.e. the policy does not apply.
-  const falseCondition = policy.kept.compiled.matchConditions.find((c) =>
-    trace.some(
-      (t) =>
-        t.fieldPath === c.expression.fieldPath && 'value' in t.result && t.result.value === 'false',
-    ),
-  );
-  if (answer.kind === 'verdict' && answer.verdict.allowed && falseCondition)
+  if (answer.kind === 'verdict' && answer.verdict.skipped) {
+    const falseCondition = policy.kept.compiled.matchConditions.find((c) =>
+      trace.some(
+        (t) =>
+          t.fieldPath === c.expression.fieldPath &&
+          'value' in t.result &&
+          t.result.value === 'false',
+      ),
+    );
     return {
       ...common,
       result: 'skip',
-      message: `match condition ${falseCondition.name} is false`,
+      message: `match condition ${falseCondition?.name ?? '(unknown)'} is false`,
     };
+  }
   if (answer.kind !== 'verdict') {
     // The engine throws only under failurePolicy Fail (with Ignore it skips what failed), and
     // past its cost budget whatever the failurePolicy: the server denies, or allows with the
-    // problem as a warning (failurePolicy Ignore, monitor mode).
+    // problem as a warning (failurePolicy Ignore), or the validationActions say what happens.
     const said = response.status?.message ?? response.warnings?.at(-1) ?? '';
     return { ...common, result: 'error', message: said };
   }

@@ -45,7 +45,13 @@ import {
   type ReplicaSet,
 } from '../../api/kube.ts';
 import type { PolicyReport } from '../../api/report.ts';
-import type { Policy, PolicyServer, PolicyStatus, ReplicaFailure } from '../../api/v1alpha1.ts';
+import {
+  actionsOf,
+  type Policy,
+  type PolicyServer,
+  type PolicyStatus,
+  type ReplicaFailure,
+} from '../../api/v1alpha1.ts';
 import {
   readinessOf,
   setReadiness,
@@ -153,7 +159,10 @@ export function computePolicy(input: PolicyCoreInput): PolicyDecision {
     ...(servedGeneration === undefined ? {} : { servedGeneration }),
     ready: `${readyReplicas}/${desired}`,
     summary: readiness.state,
+    actions: actionsOf(policy.spec).join(','),
     conditions: setReadiness(policy.status?.conditions, readiness, generation, now),
+    // The audit-summary function's: kept as it was read.
+    ...(policy.status?.audit && { audit: policy.status.audit }),
   };
   return { status, webhook, events: eventsFor(policy, status, readiness, generation) };
 }

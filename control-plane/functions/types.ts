@@ -5,6 +5,8 @@
 // control-plane/registry.ts (its checklist says what else).
 import type { Logger } from 'pino';
 import type { HandlerContext, Outcome } from '../queue/index.ts';
+import type { ApiTarget } from '../../lib/kube/api.ts';
+import type { AuditStore } from '../projections/audit-store.ts';
 import type { ProjectionStore } from '../projections/store.ts';
 import type { WatchedKind } from '../registry.ts';
 import type { EventRecorder } from './event-recorder.ts';
@@ -30,6 +32,8 @@ export interface ClusterIndex {
   policiesOfServer(server: string): string[];
   /** The PolicyServers whose TLS reads this Secret of rollcall's namespace. */
   serversUsingSecret?(secret: string): string[];
+  /** The namespaces holding objects the audit watches (CLUSTER_SCOPE: the cluster-scoped ones). */
+  auditedNamespaces?(): string[];
 }
 
 /** Settings every function shares. */
@@ -63,7 +67,11 @@ export type FunctionStage = 'read' | 'compute' | 'write';
 
 export interface FunctionContext extends HandlerContext {
   store: ProjectionStore;
+  /** The audit's objects and results (audit-store.ts). */
+  audit: AuditStore;
   kube: KubeWriter;
+  /** The apiserver, for requests KubeWriter does not make (the audit's reads and Reports). */
+  api: ApiTarget;
   /** Policy Events, written in the background (event-recorder.ts). */
   events: EventRecorder;
   config: FunctionConfig;

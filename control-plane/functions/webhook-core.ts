@@ -20,9 +20,10 @@
  * webhook function records that generation as a PolicyRevision before it writes the webhook
  * (revision-core.ts), so a replica started later can still load it.
  *
- * Mode `monitor` registers the same webhook (the policy server only logs its verdicts
- * for monitor policies), but always with failurePolicy Ignore: a policy that may not
- * deny must not deny through an unreachable server either.
+ * A policy whose validationActions lack Deny (Warn, Audit, or the deprecated `mode: monitor`)
+ * registers the same webhook, but always with failurePolicy Ignore: a policy that may not deny
+ * must not deny through an unreachable server either (`webhookFailurePolicy`). Its own
+ * failurePolicy still decides what an evaluation error is, in the policy server.
  *
  * Guards for the cluster itself: every webhook excludes rollcall's own namespace and the
  * protected namespaces (kube-system and kube-node-lease unless the worker is told otherwise),
@@ -50,7 +51,14 @@ import {
   webhookConfigurationName,
 } from '../../api/constants.ts';
 import type { ExistingWebhook } from '../../api/kube.ts';
-import type { LabelSelector, Policy, PolicyServer, Rule } from '../../api/v1alpha1.ts';
+import {
+  actionsOf,
+  type LabelSelector,
+  type Policy,
+  type PolicyServer,
+  type PolicySpec,
+  type Rule,
+} from '../../api/v1alpha1.ts';
 import { webhookPath } from '../../api/webhook-path.ts';
 import { POLICY_SERVER_SERVICE_PORT, policyServerResourceName } from './policyserver-core.ts';
 
@@ -282,6 +290,16 @@ function clientConfig(
 }
 
 /**
+ * What the apiserver does when the policy server cannot answer: the policy's failurePolicy when
+ * it may deny (Deny among its actions), otherwise Ignore.
+ */
+export function webhookFailurePolicy(
+  spec: Pick<PolicySpec, 'failurePolicy' | 'mode' | 'validationActions'>,
+): 'Fail' | 'Ignore' {
+  return actionsOf(spec).includes('Deny') ? spec.failurePolicy : 'Ignore';
+}
+
+/**
  * The webhook configuration enforcing the policy's current spec, trusting `caBundle`. Fields
  * the API server would default are set explicitly, so a re-read compares equal.
  */
@@ -315,7 +333,7 @@ export function buildWebhookConfiguration(
         name: `${name}.policies.rollcall.dev`,
         admissionReviewVersions: ['v1'],
         sideEffects: 'None',
-        failurePolicy: spec.mode === 'monitor' ? 'Ignore' : spec.failurePolicy,
+        failurePolicy: webhookFailurePolicy(spec),
         matchPolicy: 'Equivalent',
         timeoutSeconds: spec.timeoutSeconds,
         rules: spec.rules.map((rule) => ({

@@ -103,6 +103,10 @@ function compactBody(kind: ProjectedKind, obj: KubeObject): object {
     }
     case 'webhook':
       return { metadata: meta(obj.metadata), webhooks: obj.webhooks };
+    case 'namespace': {
+      const { name, labels } = obj.metadata ?? {};
+      return { metadata: { name, labels } };
+    }
     case 'secret': {
       // Metadata only: a Secret's data (private keys) never reaches Redis.
       const { name, namespace, resourceVersion, labels } = obj.metadata ?? {};

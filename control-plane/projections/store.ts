@@ -357,6 +357,12 @@ export class ProjectionStore {
     );
   }
 
+  /** One stored Policy or PolicyServer, undecoded; undefined: none by that name. */
+  async one(kind: 'policy' | 'policyserver', name: string): Promise<unknown> {
+    const text = await this.redis.hget(this.hash(kind), name);
+    return text === null ? undefined : (JSON.parse(text) as unknown);
+  }
+
   /** Names of the Policies and PolicyServers in the store, for the status page. */
   async all(kind: 'policy' | 'policyserver'): Promise<unknown[]> {
     return (await this.redis.hvals(this.hash(kind))).map((v) => JSON.parse(v) as unknown);

@@ -23,6 +23,9 @@ import {
   type WatchSpec,
 } from '../registry.ts';
 import { isReplicated } from '../../lib/redis/client.ts';
+import type { Policy } from '../../api/v1alpha1.ts';
+import { AuditStore } from '../projections/audit-store.ts';
+import { AuditWatch } from './audited.ts';
 import { LeaderElector } from './leader.ts';
 import { reflectorMetrics, watcherMetrics, type WatcherMetrics } from './metrics.ts';
 import { objectKey, Reflector } from '../../lib/kube/reflector.ts';
@@ -108,6 +111,8 @@ export class Watcher {
   /** Policies whose new generation has no status yet: when the watcher saw that generation. */
   private readonly awaitingStatus = new Map<string, { generation: number; since: number }>();
   private readonly metrics: WatcherMetrics | undefined;
+  /** The audit's watches, while leading (audited.ts). */
+  private audit: AuditWatch | undefined;
 
   constructor(options: WatcherOptions) {
     this.options = options;
@@ -162,6 +167,15 @@ export class Watcher {
   private lead(): void {
     const { logger } = this.options;
     logger.info('leading: starting informers');
+    this.audit = new AuditWatch({
+      api: this.options.api,
+      store: new AuditStore(this.options.queue.redis, this.options.prefix),
+      queue: this.options.queue,
+      logger,
+      metrics: this.options.metrics,
+      staleAfterMs: this.options.staleAfterMs,
+      noteWork: this.options.noteWork,
+    });
     for (const w of this.watches) {
       const reflector: Reflector<KubernetesObject> = new Reflector<KubernetesObject>({
         api: this.options.api,
@@ -207,7 +221,15 @@ export class Watcher {
     this.timers = [];
     const reflectors = [...this.reflectors.values()];
     this.reflectors.clear();
-    await Promise.all(reflectors.map((r) => r.stop()));
+    const audit = this.audit;
+    this.audit = undefined;
+    await Promise.all([...reflectors.map((r) => r.stop()), audit?.stop()]);
+  }
+
+  /** Tells the audit's watches what every Policy is now. */
+  private auditPolicies(): void {
+    for (const p of this.reflectors.get('Policy')?.list() ?? [])
+      this.audit?.policyChanged(p.metadata?.name ?? '', p as Policy);
   }
 
   /** Once every reflector has listed: write all projections in one go, then enqueue every key. */
@@ -245,6 +267,9 @@ export class Watcher {
       if (goLive) this.live = true;
       this.options.logger.info({ why, objects: count }, 'projections written');
       await this.enqueueAll(why);
+      this.auditPolicies();
+      // Not awaited: its writes keep their own order, and a slow one must not hold the projections'.
+      if (!goLive) void this.audit?.rewriteAll();
       this.metrics?.rebuilds.inc({ reason: why });
       this.options.noteWork?.(count);
       if (!this.countsWrites) return;
@@ -348,7 +373,13 @@ export class Watcher {
       // Before going live the initial rebuild writes everything at once.
       if (!this.live) return;
       stage('queued');
-      if (w.kind === 'Policy') this.trackConvergence(type, obj, old);
+      if (w.kind === 'Policy') {
+        this.trackConvergence(type, obj, old);
+        this.audit?.policyChanged(
+          obj.metadata?.name ?? '',
+          type === 'deleted' ? undefined : (obj as Policy),
+        );
+      }
       this.options.noteWork?.(1);
       try {
         await this.write(w, type, obj, old, stage);
@@ -440,6 +471,7 @@ export class Watcher {
     policiesOfServer: (server) => [...(this.policiesByServer.get(server) ?? [])],
     serversUsingSecret: (secret) =>
       serversUsingSecret(secret, this.reflectors.get('PolicyServer')?.list() ?? []),
+    auditedNamespaces: () => this.audit?.namespaces() ?? [],
   };
 
   private keysFor(event: WatchEvent): string[] {

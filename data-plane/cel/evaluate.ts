@@ -23,6 +23,8 @@ export interface Verdict {
   warnings?: string[];
   /** Cost units the evaluation used (meter.ts). */
   cost: number;
+  /** A matchCondition excluded the request: allowed without validating (the audit's `skip`). */
+  skipped?: true;
 }
 
 export interface EvaluateOptions {
@@ -128,7 +130,7 @@ function decide(
   let conditionError: EvaluationError | undefined;
   for (const condition of policy.matchConditions) {
     try {
-      if (!runBool(condition.expression, context)) return { allowed: true };
+      if (!runBool(condition.expression, context)) return { allowed: true, skipped: true };
     } catch (error) {
       if (error instanceof CostLimitExceeded) throw error;
       conditionError ??= error as EvaluationError;

@@ -43,8 +43,14 @@ export function apply(...objects: Obj[]): Promise<string> {
   return kubectlAsync(['apply', '-f', '-'], objects.map((o) => stringify(o)).join('---\n'));
 }
 
-/** The built kubectl against the test cluster, asynchronously. */
-export function kubectlAsync(args: string[], input?: string): Promise<string> {
+export interface KubectlRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** The built kubectl against the test cluster; resolves with its exit code and both outputs. */
+export function kubectlRun(args: string[], input?: string): Promise<KubectlRun> {
   const cluster = testCluster();
   return new Promise((resolve, reject) => {
     const child = spawn(cluster.binaries.kube, [
@@ -57,13 +63,16 @@ export function kubectlAsync(args: string[], input?: string): Promise<string> {
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
     child.on('error', reject);
-    child.on('exit', (code) =>
-      code === 0
-        ? resolve(stdout)
-        : reject(new Error(`kubectl ${args.join(' ')} failed: ${stderr.trim()}`)),
-    );
+    child.on('exit', (code) => resolve({ code: code ?? 1, stdout, stderr }));
     child.stdin.end(input ?? '');
   });
+}
+
+/** The built kubectl against the test cluster, asynchronously; rejects with its stderr. */
+export async function kubectlAsync(args: string[], input?: string): Promise<string> {
+  const { code, stdout, stderr } = await kubectlRun(args, input);
+  if (code !== 0) throw new Error(`kubectl ${args.join(' ')} failed: ${stderr.trim()}`);
+  return stdout;
 }
 
 export const condition = (obj: { status?: { conditions?: Condition[] } }, type: string) =>

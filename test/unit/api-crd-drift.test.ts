@@ -5,9 +5,12 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { Environment } from '@marcbachmann/cel-js';
+import fc from 'fast-check';
 import { parse } from 'yaml';
 import { z } from 'zod';
 import {
+  actionsOf,
   POLICY_CODE_MESSAGE,
   POLICY_INLINE_ONLY_MESSAGE,
   policyRevisionSpecSchema,
@@ -16,6 +19,9 @@ import {
   policySpecFieldsSchema,
   policySpecSchema,
   policyStatusSchema,
+  VALIDATION_ACTIONS,
+  VALIDATION_ACTIONS_DENY_WARN_MESSAGE,
+  VALIDATION_ACTIONS_UNIQUE_MESSAGE,
 } from '../../api/v1alpha1.ts';
 import { crdFile, type SchemaNode } from '../fixtures/crd-schema.ts';
 
@@ -200,5 +206,80 @@ describe('a Policy names its code exactly once, in zod as in the CRD', () => {
       }
     )['x-kubernetes-validations'].map((r) => r.message);
     assert.deepEqual(rules, [POLICY_CODE_MESSAGE, POLICY_INLINE_ONLY_MESSAGE]);
+  });
+});
+
+describe('validationActions: zod and the CRD accept the same lists, with the same messages', () => {
+  type ArrayNode = SchemaNode & { minItems?: number; maxItems?: number };
+  const node = crdSchema('policies.yaml').properties!['spec']!.properties![
+    'validationActions'
+  ] as ArrayNode;
+  const cel = new Environment({ homogeneousAggregateLiterals: false }).registerVariable(
+    'self',
+    'dyn',
+  );
+
+  /**
+   * What the apiserver says of `list` under the CRD's schema: a size or enum error first (it
+   * runs the CEL rules only on a value the schema accepts), else each failing rule's message.
+   */
+  function crdVerdict(list: string[]): string[] {
+    if (list.length < (node.minItems ?? 0) || list.length > (node.maxItems ?? Infinity))
+      return ['size'];
+    if (list.some((a) => !node.items!.enum!.includes(a))) return ['enum'];
+    return (node['x-kubernetes-validations'] ?? [])
+      .filter(({ rule }) => cel.evaluate(rule, { self: list }) !== true)
+      .map(({ rule, message }) => message ?? rule);
+  }
+
+  /** What zod says: the same categories, and the refinements' own messages. */
+  function zodVerdict(list: string[]): string[] {
+    const parsed = policySpecFieldsSchema.shape.validationActions.safeParse(list);
+    if (parsed.success) return [];
+    const codes = parsed.error.issues.map((i) => i.code);
+    if (codes.includes('too_small') || codes.includes('too_big')) return ['size'];
+    if (codes.includes('invalid_value')) return ['enum'];
+    return parsed.error.issues.map((i) => i.message);
+  }
+
+  test('the CRD states both rules with the messages api/v1alpha1.ts gives', () => {
+    assert.deepEqual(
+      (node['x-kubernetes-validations'] ?? []).map((r) => r.message),
+      [VALIDATION_ACTIONS_UNIQUE_MESSAGE, VALIDATION_ACTIONS_DENY_WARN_MESSAGE],
+    );
+    assert.deepEqual(node.items?.enum, [...VALIDATION_ACTIONS]);
+  });
+
+  test('examples: a repeat, Deny with Warn, too many, an unknown action', () => {
+    const rows: [string[], string[]][] = [
+      [['Deny'], []],
+      [['Warn', 'Audit'], []],
+      [['Audit', 'Deny'], []],
+      [['Deny', 'Deny'], [VALIDATION_ACTIONS_UNIQUE_MESSAGE]],
+      [['Warn', 'Deny'], [VALIDATION_ACTIONS_DENY_WARN_MESSAGE]],
+      [[], ['size']],
+      [['Deny', 'Audit', 'Audit'], ['size']],
+      [['Log'], ['enum']],
+    ];
+    for (const [list, want] of rows) {
+      assert.deepEqual(crdVerdict(list), want, `the CRD on ${JSON.stringify(list)}`);
+      assert.deepEqual(zodVerdict(list), want, `zod on ${JSON.stringify(list)}`);
+    }
+  });
+
+  test('any list of up to three actions (or a stray word) gets the same verdict from both', () => {
+    const word = fc.constantFrom(...VALIDATION_ACTIONS, 'deny', 'Log');
+    fc.assert(
+      fc.property(fc.array(word, { maxLength: 3 }), (list) => {
+        assert.deepEqual(zodVerdict(list), crdVerdict(list));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  test('without validationActions the deprecated mode decides: protect is [Deny], monitor [Warn]', () => {
+    assert.deepEqual(actionsOf({ mode: 'protect' }), ['Deny']);
+    assert.deepEqual(actionsOf({ mode: 'monitor' }), ['Warn']);
+    assert.deepEqual(actionsOf({ mode: 'monitor', validationActions: ['Audit'] }), ['Audit']);
   });
 });

@@ -43,7 +43,7 @@ const crds = [
     kind: 'Policy',
     plural: 'policies',
     short: 'pol',
-    columns: ['Server', 'Mode', 'Ready', 'Status', 'Age', 'Message'],
+    columns: ['Server', 'Mode', 'Ready', 'Status', 'Violations', 'Age', 'Message'],
     status: true,
   },
   {
@@ -114,8 +114,8 @@ for (const { file, kind, plural, short, columns, status } of crds) {
       );
       for (const column of printed)
         assert.ok(resolve(root, column.jsonPath), `${column.name}: ${column.jsonPath}`);
-      const message = printed.find((c) => c.name === 'Message');
-      if (message) assert.equal(message.priority, 1, 'the message is for -o wide');
+      for (const wide of printed.filter((c) => c.name === 'Message' || c.name === 'Violations'))
+        assert.equal(wide.priority, 1, `${wide.name} is for -o wide`);
     });
 
     test('CEL rules only name fields of the node they sit on', () => {
@@ -146,9 +146,15 @@ for (const { file, kind, plural, short, columns, status } of crds) {
   });
 }
 
+/** OpenReports' Report and ClusterReport, installed with rollcall's (openreports-crds.test.ts). */
+const OPENREPORTS_FILES = ['openreports-reports.yaml', 'openreports-clusterreports.yaml'];
+
 test('the kustomization lists every CRD', () => {
   const kustomization = parse(crdFile('kustomization.yaml'));
-  assert.deepEqual([...kustomization.resources].sort(), crds.map((c) => c.file).sort());
+  assert.deepEqual(
+    [...kustomization.resources].sort(),
+    [...crds.map((c) => c.file), ...OPENREPORTS_FILES].sort(),
+  );
 });
 
 test('Policies are selectable by spec.policyServer, a real field', () => {

@@ -80,6 +80,7 @@ describe('the watcher watches what the functions declare', () => {
           'app.kubernetes.io/managed-by=rollcall',
           'webhook',
         ],
+        ['Namespace', '/api/v1/namespaces', undefined, 'namespace'],
         ['Secret', `/api/v1/namespaces/${NAMESPACE}/secrets`, undefined, 'secret'],
       ],
     );

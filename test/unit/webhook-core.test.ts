@@ -1,7 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { V1ValidatingWebhookConfiguration } from '@kubernetes/client-node';
-import type { LabelSelector, Rule } from '../../api/v1alpha1.ts';
+import fc from 'fast-check';
+import {
+  VALIDATION_ACTIONS,
+  type LabelSelector,
+  type Rule,
+  type ValidationAction,
+} from '../../api/v1alpha1.ts';
 import {
   buildWebhookConfiguration,
   excludedNamespaces,
@@ -10,6 +16,7 @@ import {
   isSubset,
   planWebhook,
   servedGenerationOf,
+  webhookFailurePolicy,
   webhookLags,
   type WebhookIntent,
   type WebhookPlanInput,
@@ -153,6 +160,55 @@ describe('buildWebhookConfiguration', () => {
       options,
     );
     assert.equal(built.webhooks?.[0]?.failurePolicy, 'Ignore');
+  });
+
+  // [validationActions (undefined: from mode), mode, the policy's failurePolicy, the webhook's]
+  const failureRows: [
+    ValidationAction[] | undefined,
+    'protect' | 'monitor',
+    'Fail' | 'Ignore',
+    string,
+  ][] = [
+    [['Deny'], 'protect', 'Fail', 'Fail'],
+    [['Deny'], 'protect', 'Ignore', 'Ignore'],
+    [['Deny', 'Audit'], 'protect', 'Fail', 'Fail'],
+    [['Audit', 'Deny'], 'monitor', 'Fail', 'Fail'],
+    [['Warn'], 'protect', 'Fail', 'Ignore'],
+    [['Audit'], 'protect', 'Fail', 'Ignore'],
+    [['Warn', 'Audit'], 'protect', 'Fail', 'Ignore'],
+    [undefined, 'protect', 'Fail', 'Fail'],
+    [undefined, 'monitor', 'Fail', 'Ignore'],
+  ];
+  for (const [actions, mode, failurePolicy, expected] of failureRows) {
+    test(`validationActions ${actions ? JSON.stringify(actions) : `absent, mode ${mode}`} with failurePolicy ${failurePolicy}: the webhook's is ${expected}`, () => {
+      const spec = { mode, failurePolicy, ...(actions && { validationActions: actions }) };
+      const built = buildWebhookConfiguration(aPolicy({ spec }), server, options, CA);
+      assert.equal(built.webhooks?.[0]?.failurePolicy, expected);
+    });
+  }
+
+  test('whatever the actions, mode and failurePolicy: the webhook fails closed only for a policy that may deny and asks to', () => {
+    const actions = fc.option(
+      fc.subarray([...VALIDATION_ACTIONS], { minLength: 1, maxLength: 2 }),
+      { nil: undefined },
+    );
+    fc.assert(
+      fc.property(
+        actions,
+        fc.constantFrom('protect' as const, 'monitor' as const),
+        fc.constantFrom('Fail' as const, 'Ignore' as const),
+        (validationActions, mode, failurePolicy) => {
+          const spec = { mode, failurePolicy, ...(validationActions && { validationActions }) };
+          const got = buildWebhookConfiguration(aPolicy({ spec }), server, options, CA)
+            .webhooks?.[0]?.failurePolicy;
+          const mayDeny = validationActions
+            ? validationActions.includes('Deny')
+            : mode === 'protect';
+          assert.equal(got === 'Fail', mayDeny && failurePolicy === 'Fail');
+          assert.equal(webhookFailurePolicy(spec), got);
+        },
+      ),
+    );
   });
 
   test('URL mode calls https://host:port/validate/<policy>/<generation> for out-of-cluster development', () => {

@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { DEFAULT_POLICY_SERVER_IMAGE } from '../../api/constants.ts';
 import { isHealthy } from '../../lib/kube/api.ts';
+import { prepareAuditLog } from './audit-log.ts';
 import { ensureBinaries, kubernetesVersion, type Binaries } from './build.ts';
 import { nodeAgentSocketPath, nodeAgentStateFile, readNodeAgentState } from './node-agent-state.ts';
 import { localDir } from './paths.ts';
@@ -45,6 +46,11 @@ export interface ClusterState {
   };
   /** The node agent's HTTP CONNECT proxy (a Unix socket): the apiserver's `cluster` egress. */
   nodeAgentSocket: string;
+  /**
+   * The apiserver's audit log (JSON lines; audit-log.ts says what it holds). Absent: a cluster
+   * started before rollcall had one; `npm run cluster -- down` and `up` to get it.
+   */
+  auditLog?: string;
   pids: Partial<Record<Component, number>>;
 }
 
@@ -69,6 +75,8 @@ export async function up(dir = localDir, log: Log = console.error): Promise<Clus
     (await apiserverReady(existing))
   ) {
     log(`cluster already running: ${existing.server} (kubeconfig ${existing.kubeconfig})`);
+    if (!existing.auditLog)
+      log('it runs without an audit log: `npm run cluster -- down` and `up` again to get one');
     return existing;
   }
   if (existing) await down(dir, () => {});
@@ -96,6 +104,8 @@ export async function up(dir = localDir, log: Log = console.error): Promise<Clus
     nodeAgentSocket: nodeAgentSocketPath(dir),
     pids: {},
   };
+  const audit = prepareAuditLog(dir);
+  state.auditLog = audit.logFile;
   const save = () => writeFileSync(stateFile(dir), JSON.stringify(state, null, 2));
 
   rmSync(nodeAgentStateFile(dir), { force: true });
@@ -111,7 +121,7 @@ export async function up(dir = localDir, log: Log = console.error): Promise<Clus
 
     log(`starting kube-apiserver ${kubernetesVersion} on ${server}`);
     const egress = writeEgressSelector(dir, state.nodeAgentSocket);
-    start('kube-apiserver', binaries.kube, apiserverArgs(state, pki, egress));
+    start('kube-apiserver', binaries.kube, [...apiserverArgs(state, pki, egress), ...audit.args]);
     // The node agent starts with the apiserver, so that its own start (a few hundred ms of
     // loading, seconds on a busy machine) overlaps the apiserver's; it waits for the apiserver
     // before it watches. `up` waits for it last.

@@ -2,8 +2,9 @@
 // embedded local cluster. The steps (tooling/demo/steps.ts) start the cluster, Redis and
 // rollcall, apply a PolicyServer of rollcall's own image with 3 replicas and four CEL
 // policies (one good, three that really fail), wait until they converged, and show what
-// kubectl shows and a request denied by the Ready policy. Then it stays up until Ctrl-C
-// (or stops at once with --once). Every process it started is stopped on the way out.
+// kubectl shows and a request denied by the Ready policy; then a policy adopted over
+// ConfigMaps that already exist (Audit and its Report, Warn, Deny). Then it stays up until
+// Ctrl-C (or stops at once with --once). Every process it started is stopped on the way out.
 import { join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
 import { localDir } from '../cluster/paths.ts';
@@ -17,7 +18,8 @@ Runs rollcall on the embedded local cluster with real policy servers: builds (or
 the cluster binaries, starts the cluster, Redis and rollcall, applies a PolicyServer with 3
 replicas and four CEL policies (one that loads, three that fail: a CEL typo, a source URL
 that answers 404, a digest mismatch), waits until they converged and shows the result,
-including a request denied by the Ready policy.
+including a request denied by the Ready policy. Then it adopts a policy over ConfigMaps
+that already exist: in Audit (its OpenReports Report and VIOLATIONS), then Warn, then Deny.
 
   --once     print everything, then stop and clean up (for CI)
   --dir DIR  the local cluster's directory (default ${relative(process.cwd(), localDir) || localDir})

@@ -61,7 +61,7 @@ export function demoManifests(bundles: string): Record<string, unknown>[] {
       },
     },
     policy(GOOD, {
-      mode: 'protect',
+      validationActions: ['Deny'],
       failurePolicy: 'Fail',
       rules: [
         { operations: ['CREATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['pods'] },
@@ -119,3 +119,55 @@ export async function startBundleServer(): Promise<{ url: string; close(): Promi
 /** The manifests as one YAML stream, for `kubectl apply -f`. */
 export const manifestsYaml = (objects: Record<string, unknown>[]) =>
   objects.map((o) => stringify(o)).join('---\n');
+
+// ---------------------------------------------------------------- the audit part
+
+/** The policy the demo adopts in three steps: Audit, then Warn, then Deny. */
+export const AUDIT_POLICY = 'no-passwords-in-configmaps';
+export const AUDIT_MESSAGE = 'ConfigMaps must not hold passwords: use a Secret';
+
+/** ConfigMaps that exist before the policy: name → data (two hold a password). */
+export const EXISTING_CONFIGMAPS: Record<string, Record<string, string>> = {
+  'app-settings': { 'log-level': 'info' },
+  'db-config': { host: 'db.internal', 'db-password': 'hunter2' },
+  'feature-flags': { checkout: 'enabled' },
+  'smtp-config': { server: 'mail.internal', 'smtp-password': 'letmein' },
+};
+
+export function configMapManifests(): Record<string, unknown>[] {
+  return Object.entries(EXISTING_CONFIGMAPS).map(([name, data]) => ({
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name, namespace: DEMO_NAMESPACE },
+    data,
+  }));
+}
+
+/** The policy with `actions` as its validationActions (Audit, Warn or Deny). */
+export function auditPolicyManifest(actions: string[]): Record<string, unknown> {
+  return {
+    apiVersion: 'rollcall.dev/v1alpha1',
+    kind: 'Policy',
+    metadata: { name: AUDIT_POLICY },
+    spec: {
+      policyServer: SERVER,
+      validationActions: actions,
+      failurePolicy: 'Fail',
+      rules: [
+        {
+          operations: ['CREATE', 'UPDATE'],
+          apiGroups: [''],
+          apiVersions: ['v1'],
+          resources: ['configmaps'],
+        },
+      ],
+      namespaceSelector: { matchLabels: { 'rollcall.dev/demo': 'true' } },
+      validations: [
+        {
+          expression: "!has(object.data) || object.data.all(k, !k.contains('password'))",
+          message: AUDIT_MESSAGE,
+        },
+      ],
+    },
+  };
+}

@@ -21,6 +21,14 @@ import {
   tryKubectl,
   type Demo,
 } from './context.ts';
+import {
+  auditExisting,
+  createConfigMaps,
+  showAudit,
+  showAuditLog,
+  showDeny,
+  showWarn,
+} from './audit-steps.ts';
 import { accountKubeconfig, grantIdentities, showLeastPrivilege } from './identities.ts';
 import { demoManifests, manifestsYaml, startBundleServer } from './manifests.ts';
 
@@ -44,6 +52,12 @@ export const DEMO_STEPS: DemoStep[] = [
   { name: 'show the policies', run: showPolicies },
   { name: 'show the replicas', run: showReplicas },
   { name: 'show admission', run: showAdmission },
+  { name: 'create ConfigMaps before any policy', run: async (demo) => createConfigMaps(demo) },
+  { name: 'audit them with a new policy', run: auditExisting },
+  { name: 'show the audit', run: showAudit },
+  { name: "show Audit in the apiserver's audit log", run: showAuditLog },
+  { name: 'switch the policy to Warn', run: showWarn },
+  { name: 'switch the policy to Deny', run: showDeny },
   { name: 'show least privilege', run: showLeastPrivilege },
   { name: 'show where to look next', run: showNextSteps },
 ];
@@ -275,8 +289,14 @@ async function showNextSteps(demo: Demo): Promise<void> {
     `  kubectl get policies -w                 # then fix one: kubectl edit policy limit-replicas`,
   );
   out(`  kubectl describe policy require-probes  # conditions and Events`);
+  out(`  kubectl get reports -A                  # the audit: fix one, its result flips alone:`);
+  out(
+    `  kubectl patch configmap db-config -n ${DEMO_NAMESPACE} --type=json -p '[{"op":"remove","path":"/data/db-password"}]'`,
+  );
   out('');
-  out(`  status page:  http://127.0.0.1:${httpPort}/`);
+  out(
+    `  status page:  http://127.0.0.1:${httpPort}/   (each policy's replicas, MODE and failing objects)`,
+  );
   out(`  queue UI:     http://127.0.0.1:${httpPort}/queues`);
   out(`                (both ask for user ${user}, password ${password})`);
   out(`  metrics:      http://127.0.0.1:${httpPort}/metrics`);

@@ -6,13 +6,16 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
+import type { ValidationAction } from '../../api/v1alpha1.ts';
 import { parseWebhookPath } from '../../api/webhook-path.ts';
+import { admissionResponse, type AdmissionResponse } from '../../data-plane/verdict.ts';
 import { behaviourOf } from './behaviour.ts';
 
 /** The part of a Policy the verdict depends on. */
 export interface AdmissionPolicy {
   module: string;
-  mode?: string;
+  /** actionsOf the Policy's spec (default [Deny]). */
+  actions?: readonly ValidationAction[];
 }
 
 /** The parts of an AdmissionReview v1 request the simulator reads. */
@@ -28,32 +31,29 @@ interface AdmissionReviewRequest {
   };
 }
 
-export interface AdmissionResponse {
-  uid: string;
-  allowed: boolean;
-  status?: { code: number; message: string };
-  warnings?: string[];
-}
-
 /**
- * The verdict of one policy on one request, as a pure function: sim://deny denies (a
- * monitor-mode policy only warns, as a real server only logs its verdicts), every other
- * module allows.
+ * The verdict of one policy on one request, as a pure function: sim://deny fails validation,
+ * and the policy's validationActions say what that does, as a real server's answer (Deny
+ * denies, Warn warns, Audit annotates); every other module allows.
  */
 export function verdict(
   uid: string,
   policyName: string,
   policy: AdmissionPolicy,
+  generation = 1,
 ): AdmissionResponse {
   const behaviour = behaviourOf(policy.module);
   if (behaviour.kind !== 'deny') return { uid, allowed: true };
-  if (policy.mode === 'monitor')
-    return {
-      uid,
-      allowed: true,
-      warnings: [`${policyName} (monitor) would deny: ${behaviour.message}`],
-    };
-  return { uid, allowed: false, status: { code: 403, message: behaviour.message } };
+  const ctx = {
+    policy: policyName,
+    generation,
+    actions: policy.actions ?? ['Deny'],
+    failurePolicy: 'Fail' as const,
+  };
+  return admissionResponse(uid, ctx, {
+    kind: 'verdict',
+    verdict: { allowed: false, message: behaviour.message },
+  }).response;
 }
 
 export interface AdmissionServerOptions {
@@ -122,7 +122,7 @@ async function handle(
   const policy = options.policy(name);
   if (!policy) return reply(res, 404, { error: `no policy ${name}` });
 
-  const response = verdict(uid, name, policy);
+  const response = verdict(uid, name, policy, target.generation);
   const r = review.request!;
   options.logger.info(
     {

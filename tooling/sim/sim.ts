@@ -13,9 +13,11 @@ import type { Logger } from 'pino';
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../api/constants.ts';
 import { isPodReady, isTerminating } from '../../api/kube.ts';
 import { encodeReplicaReport, readReplicaReport, type ReportEntry } from '../../api/report.ts';
+import { actionsOf, type ValidationAction } from '../../api/v1alpha1.ts';
 import { Reflector } from '../../lib/kube/reflector.ts';
-import { reportEntry } from './behaviour.ts';
 import { kubeConfigTarget } from '../../lib/kube/api.ts';
+import type { AdmissionPolicy } from './admission.ts';
+import { reportEntry } from './behaviour.ts';
 
 export interface SimOptions {
   kc: KubeConfig;
@@ -63,7 +65,12 @@ export function simulatedReport(
 /** The part of a Policy the simulator reads, as the watch delivers it. */
 export type SimPolicyObject = KubernetesObject & {
   metadata: { name: string; uid?: string; generation?: number };
-  spec: { policyServer: string; module?: string; mode?: string };
+  spec: {
+    policyServer: string;
+    module?: string;
+    mode?: 'protect' | 'monitor';
+    validationActions?: ValidationAction[];
+  };
 };
 
 export class Simulator {
@@ -105,10 +112,11 @@ export class Simulator {
   }
 
   /** A policy as the simulator's watch sees it (the admission server asks this). */
-  policy(name: string): { module: string; mode?: string } | undefined {
+  policy(name: string): AdmissionPolicy | undefined {
     const p = this.policies.get(name);
     if (p?.spec.module === undefined) return undefined;
-    return { module: p.spec.module, ...(p.spec.mode ? { mode: p.spec.mode } : {}) };
+    const { mode = 'protect', validationActions } = p.spec; // the watch's object: no defaults
+    return { module: p.spec.module, actions: actionsOf({ mode, validationActions }) };
   }
 
   async stop(): Promise<void> {

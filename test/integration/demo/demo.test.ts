@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import { repoRoot } from '../../../tooling/cluster/paths.ts';
 
 test(
-  'npm run demo -- --once shows real policy servers: a CEL policy Ready 3/3 that denies a request, a CEL typo, a 404 source and a digest mismatch Stalled with their errors, and each account refused what it must not do',
+  'npm run demo -- --once shows real policy servers: a CEL policy Ready 3/3 that denies a request, a CEL typo, a 404 source and a digest mismatch Stalled with their errors, a policy adopted over existing ConfigMaps (Audit with its Report and audit log annotation, Warn, Deny), and each account refused what it must not do',
   { timeout: 240_000 },
   async (t) => {
     const dir = mkdtempSync(join(tmpdir(), 'rollcall-demo-'));
@@ -68,6 +68,51 @@ test(
         context,
       );
       assert.match(stdout, /deployment\.apps\/web created/, context);
+      // The audit: 5 ConfigMaps existed before the policy (kube-root-ca.crt included), 2 hold
+      // a password; VIOLATIONS, the Report's columns and its results say exactly that.
+      const audited = 'no-passwords-in-configmaps';
+      const message = 'ConfigMaps must not hold passwords: use a Secret';
+      assert.match(stdout, new RegExp(`\\n  ${audited} +default +Audit +3/3 +Ready +2 `), context);
+      const reportRow = (pass: number, fail: number, warn: number) =>
+        new RegExp(`rollcall-${audited} +${pass} +${fail} +${warn} +0 +0 `);
+      assert.match(
+        stdout,
+        /\n  rollcall-demo +rollcall-no-passwords-in-configmaps +3 +2 +0 +0 +0 /,
+        context,
+      );
+      for (const name of ['db-config', 'smtp-config'])
+        assert.match(stdout, new RegExp(`\\n  ${name}\\tfail\\t${message}\\n`), context);
+      for (const name of ['app-settings', 'feature-flags', 'kube-root-ca.crt'])
+        assert.match(stdout, new RegExp(`\\n  ${name}\\tpass\\t?\\n`), context);
+      // Audit: admitted silently, and the apiserver's audit log holds the annotation.
+      assert.match(
+        stdout,
+        /\$ kubectl create configmap cache-config .*\n  configmap\/cache-config created\n/,
+        context,
+      );
+      assert.match(
+        stdout,
+        new RegExp(
+          `${audited}\\.policies\\.rollcall\\.dev/validation_failure: \\[\\{"message":"${message}","policy":"${audited}","generation":1,"validationActions":\\["Audit"\\]\\}\\]`,
+        ),
+        context,
+      );
+      // Warn: kubectl's Warning line, admitted; the new generation's audit reports `warn`.
+      assert.match(
+        stdout,
+        new RegExp(`\\n  Warning: .*${message}\\n  configmap/api-keys created\\n`),
+        context,
+      );
+      assert.match(stdout, reportRow(3, 0, 4), context);
+      // Deny: refused; the four admitted before stay in the Report as `fail`.
+      assert.match(
+        stdout,
+        new RegExp(
+          `admission webhook "${audited}\\.policies\\.rollcall\\.dev" denied the request: ${message}`,
+        ),
+        context,
+      );
+      assert.match(stdout, reportRow(3, 4, 0), context);
       // Least privilege, with each account's own token: its job allowed, the rest refused.
       assert.match(stdout, /- patch its own pod's report annotation \(its job\): allowed/, context);
       assert.match(stdout, /- read Secret rollcall-webhook-ca .*: refused by RBAC/, context);

@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { parse } from 'yaml';
 import { parseRedisUrl } from '../../../lib/redis/url.ts';
-import { testCluster } from '../../support/kube.ts';
+import { installCrds } from '../../../control-plane/install-crds.ts';
+import { testCluster, testKubeConfig } from '../../support/kube.ts';
 import {
   build,
   chartDir,
@@ -20,6 +21,7 @@ import {
   kubectlOk,
   kubectlRun,
   NAMESPACE,
+  parseManifests,
   renderChart,
   toYaml,
   withNamespaceForDryRuns,
@@ -32,6 +34,19 @@ const PSA_LABELS = Object.entries(
     {},
 ).map(([k, v]) => `${k}=${v}`);
 
+const OPENREPORTS = '.openreports.io';
+/** The objects a helm run printed, or its failure. */
+const parseManifestsOf = (out: { status: number; stdout: string; stderr: string }) => {
+  assert.equal(out.status, 0, out.stderr);
+  return parseManifests(out.stdout);
+};
+const OPENREPORTS_CRDS = ['reports.openreports.io', 'clusterreports.openreports.io'];
+/** The names of the OpenReports CRDs among `ms`. */
+const openReportsCrds = (ms: Manifest[]) =>
+  ms
+    .filter((m) => m.kind === 'CustomResourceDefinition' && m.metadata.name.endsWith(OPENREPORTS))
+    .map((m) => m.metadata.name)
+    .sort();
 const key = (m: Manifest) => `${m.kind}/${m.metadata.namespace ?? ''}/${m.metadata.name}`;
 const HELM_LABELS = ['helm.sh/chart', 'app.kubernetes.io/managed-by'];
 type PodTemplate = { metadata: { annotations?: Record<string, string> } };
@@ -75,6 +90,9 @@ const GENERATED = ['rollcall-ui', 'rollcall-redis-scripts'];
  *    names it `rollcall-redis-scripts` and rolls the pods by a `checksum/<script>` annotation.
  * 5. Redis' password: the chart generates the Secret rollcall-redis (redis-auth.test.ts);
  *    deploy/ has the operator create it (kustomize cannot make a random value).
+ * 6. OpenReports' CRDs: the chart marks them helm.sh/resource-policy keep (other tools' Reports
+ *    may live in them; `helm uninstall` must not delete them), and renders them from
+ *    templates/ (openreports.installCRDs), not crds/.
  * And two that say the same in other words: deploy/'s components stand outside its labels
  * transformer, so their objects (the HPA, the ServiceMonitor, Sentinel's) miss the part-of
  * label every object of the chart has; and where deploy/'s redis-persistence component deletes
@@ -97,8 +115,11 @@ function asTheChartRendersIt(deploy: Manifest[], { hpa = false } = {}): Manifest
       '"$1"',
     ),
   ) as Manifest[];
-  for (const m of renamed)
+  for (const m of renamed) {
     m.metadata.labels = { ...m.metadata.labels, 'app.kubernetes.io/part-of': 'rollcall' };
+    if (m.kind === 'CustomResourceDefinition' && m.metadata.name.endsWith(OPENREPORTS))
+      m.metadata.annotations = { ...m.metadata.annotations, 'helm.sh/resource-policy': 'keep' };
+  }
   const worker = renamed.find(
     (m) => m.kind === 'Deployment' && m.metadata.name === 'rollcall-worker',
   );
@@ -166,15 +187,22 @@ describe('charts/rollcall', () => {
     }
   });
 
-  test('crds/ holds the files of deploy/crds, unchanged', () => {
+  test("crds/ holds rollcall's files of deploy/crds and files/ OpenReports', unchanged", () => {
     const crds = join(deployDir, 'crds');
     const files = readdirSync(crds).filter((f) => f !== 'kustomization.yaml');
-    assert.deepEqual(readdirSync(join(chartDir, 'crds')).sort(), files.sort());
+    const openReports = files.filter((f) => f.startsWith('openreports-'));
+    const where = (file: string) => (openReports.includes(file) ? 'files' : 'crds');
+    assert.deepEqual(
+      readdirSync(join(chartDir, 'crds')).sort(),
+      files.filter((f) => where(f) === 'crds').sort(),
+    );
+    assert.deepEqual(readdirSync(join(chartDir, 'files')).sort(), openReports.sort());
+    assert.equal(openReports.length, 2);
     for (const file of files)
       assert.equal(
-        readFileSync(join(chartDir, 'crds', file), 'utf8'),
+        readFileSync(join(chartDir, where(file), file), 'utf8'),
         readFileSync(join(crds, file), 'utf8'),
-        `charts/rollcall/crds/${file} differs from deploy/crds/${file}: cp deploy/crds/${file} charts/rollcall/crds/`,
+        `charts/rollcall/${where(file)}/${file} differs from deploy/crds/${file}: cp deploy/crds/${file} charts/rollcall/${where(file)}/`,
       );
   });
 
@@ -193,6 +221,27 @@ describe('charts/rollcall', () => {
     ]);
     const overlay = build(join(import.meta.dirname, 'overlay'));
     assertSameObjects(withoutHelmConventions(chart), asTheChartRendersIt(overlay, { hpa: true }));
+  });
+
+  test('with openreports.installCRDs=false it renders deploy/ with components/without-openreports-crds', async () => {
+    const chart = await renderChart(['--set', 'openreports.installCRDs=false']);
+    assert.deepEqual(openReportsCrds(chart), []);
+    const overlay = build(join(import.meta.dirname, 'overlay-no-openreports'));
+    assertSameObjects(withoutHelmConventions(chart), asTheChartRendersIt(overlay));
+  });
+
+  test("audit.readableResources narrows the audit reader as overlay-audit-narrow's kustomize patch does", async () => {
+    const chart = await renderChart([
+      '--set-json',
+      'audit.readableResources=[{"apiGroups":[""],"resources":["configmaps"]}]',
+    ]);
+    const overlay = build(join(import.meta.dirname, 'overlay-audit-narrow'));
+    assertSameObjects(withoutHelmConventions(chart), asTheChartRendersIt(overlay));
+    const none = await renderChart(['--set-json', 'audit.readableResources=[]']);
+    const reader = none.find(
+      (m) => m.kind === 'ClusterRole' && m.metadata.name === 'rollcall-audit-reader',
+    );
+    assert.deepEqual(reader?.rules, [], '[]: the audit reads nothing');
   });
 
   test('with redis.mode=sentinel it renders deploy/ with components/redis-sentinel', async () => {
@@ -430,6 +479,14 @@ describe('charts/rollcall', () => {
       ],
       ['certificates.caValidity=10y', /at '\/certificates\/caValidity': '10y' does not match/],
       [
+        'openreports.installCRDs=maybe',
+        /at '\/openreports\/installCRDs': got string, want boolean/,
+      ],
+      [
+        'audit.readableResources[0].apiGroups[0]=*',
+        /at '\/audit\/readableResources\/0': missing property 'resources'/,
+      ],
+      [
         'protectedNamespaces={Kube_System}',
         /at '\/protectedNamespaces\/0': 'Kube_System' does not match/,
       ],
@@ -468,6 +525,49 @@ describe('charts/rollcall', () => {
           /customresourcedefinition\.apiextensions\.k8s\.io\/policies\.rollcall\.dev/,
         );
       }
+    });
+
+    test('openreports.installCRDs: CRDs another owner installed are left out, those of this release kept in', async () => {
+      // The CRDs as `rollcall install-crds` (or another tool) installs them: no Helm release's.
+      await installCrds(testKubeConfig(), { info: () => {} });
+      const lookups = async () =>
+        openReportsCrds(
+          parseManifestsOf(
+            await helmRun([
+              'template',
+              'rollcall',
+              chartDir,
+              '--namespace',
+              NAMESPACE,
+              '--dry-run=server',
+              '--kubeconfig',
+              testCluster().kubeconfig,
+            ]),
+          ),
+        );
+      assert.deepEqual(await lookups(), [], "another owner's are never taken over");
+      const release = [
+        'meta.helm.sh/release-name=rollcall',
+        `meta.helm.sh/release-namespace=${NAMESPACE}`,
+      ];
+      kubectlOk(['annotate', 'crd', OPENREPORTS_CRDS[0]!, '--overwrite', ...release]);
+      try {
+        assert.deepEqual(
+          await lookups(),
+          [OPENREPORTS_CRDS[0]],
+          "this release's stay in the chart",
+        );
+      } finally {
+        kubectlOk([
+          'annotate',
+          'crd',
+          OPENREPORTS_CRDS[0]!,
+          'meta.helm.sh/release-name-',
+          'meta.helm.sh/release-namespace-',
+        ]);
+      }
+      // Without a cluster to ask (helm template, Argo CD) the chart renders both.
+      assert.deepEqual(openReportsCrds(await renderChart()), [...OPENREPORTS_CRDS].sort());
     });
 
     test('helm install as docs/install.md gives it rolls out every workload under Pod Security restricted, with one Redis or with Sentinel; helm uninstall removes them', async () => {

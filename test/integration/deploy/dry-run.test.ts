@@ -129,7 +129,14 @@ describe('deploy/ (kustomize)', () => {
         .filter((m) => m.kind === 'CustomResourceDefinition')
         .map((m) => m.metadata.name)
         .sort(),
-      ['policies.rollcall.dev', 'policyrevisions.rollcall.dev', 'policyservers.rollcall.dev'],
+      [
+        'clusterreports.openreports.io',
+        'policies.rollcall.dev',
+        'policyrevisions.rollcall.dev',
+        'policyservers.rollcall.dev',
+        'reports.openreports.io',
+      ],
+      "rollcall's CRDs, and OpenReports' where the audit writes",
     );
   });
 

@@ -8,7 +8,9 @@
 // - A compromised worker holds rollcall-worker's token. It may create, update and delete
 //   rollcall's own webhook configurations (replayed with the worker's KubeWriter and
 //   webhook-core), never take over or delete someone else's named rollcall-<x> (server-side
-//   apply with force included), nor create one calling a Service elsewhere or a URL.
+//   apply with force included), nor create one calling a Service elsewhere or a URL. Likewise
+//   its OpenReports (issue 38): rollcall's own Reports and ClusterReports, replayed with the
+//   audit's AuditApi, never another tool's, even one named as rollcall names its own.
 // Without the guards every "refused" test fails, RBAC alone letting the write through
 // (ROLLCALL_GUARDS_TEST_WITHOUT_GUARDS=1 leaves them out, to see it).
 import assert from 'node:assert/strict';
@@ -28,7 +30,10 @@ import {
 } from '@kubernetes/client-node';
 import { MANAGED_BY, MANAGED_BY_LABEL, REPORT_ANNOTATION } from '../../../api/constants.ts';
 import type { Policy } from '../../../api/v1alpha1.ts';
+import { OPENREPORTS_API_VERSION, type OpenReport } from '../../../api/audit.ts';
+import { AuditApi } from '../../../control-plane/functions/audit-api.ts';
 import { KubeWriter } from '../../../control-plane/functions/kube-writer.ts';
+import { kubeConfigTarget } from '../../../lib/kube/api.ts';
 import { buildWebhookConfiguration } from '../../../control-plane/functions/webhook-core.ts';
 import { aPolicy, aPolicyServer } from '../../fixtures/builders.ts';
 import { uniqueName } from '../../support/kube.ts';
@@ -112,6 +117,33 @@ const webhookConfiguration = (name: string, clientConfig: object, labels = {}): 
   ],
 });
 const ours = { [MANAGED_BY_LABEL]: MANAGED_BY };
+
+/** A Report (in `ns`) or ClusterReport as the audit writes one, with `labels` besides the run's. */
+const openReport = (kind: OpenReport['kind'], name: string, labels = {}): OpenReport => ({
+  apiVersion: OPENREPORTS_API_VERSION,
+  kind,
+  metadata: {
+    name,
+    ...(kind === 'Report' && { namespace: ns }),
+    labels: { ...RUN_LABEL, ...labels },
+  },
+  summary: { pass: 1, fail: 0, warn: 0, error: 0, skip: 0 },
+  results: [
+    {
+      source: 'rollcall',
+      policy: POLICY,
+      result: 'pass',
+      timestamp: { seconds: 1_700_000_000, nanos: 0 },
+      resources: [{ apiVersion: 'v1', kind: 'ConfigMap', namespace: ns, name: 'cm' }],
+    },
+  ],
+});
+/** Another tool's Report (or ClusterReport), named as rollcall names its own. */
+const foreignReport = (kind: OpenReport['kind']) =>
+  ({
+    ...openReport(kind, FOREIGN),
+    source: 'another-engine',
+  }) as unknown as Manifest;
 
 const getJson = <T>(args: string[]) => JSON.parse(kubectlOk(['get', ...args, '-o', 'json'])) as T;
 const kubeConfig = (file: string) => {
@@ -203,6 +235,8 @@ interface Identities {
   worker: AdmissionregistrationV1Api;
   workerKubeconfig: string;
   writer: KubeWriter;
+  /** The audit's writes of OpenReports, as the worker makes them. */
+  reports: AuditApi;
 }
 
 function identities(ownUid: string): Identities {
@@ -219,6 +253,7 @@ function identities(ownUid: string): Identities {
     worker: kubeConfig(worker).makeApiClient(AdmissionregistrationV1Api),
     workerKubeconfig: worker,
     writer: new KubeWriter(kubeConfig(worker), (write) => write()),
+    reports: new AuditApi(kubeConfigTarget(kubeConfig(worker)), (write) => write(), ns),
   };
 }
 
@@ -229,7 +264,14 @@ describe("rollcall's accounts, with the tokens an attacker would hold, against g
   before(async () => {
     createNamespace(ns);
     kubectlOk(['apply', '-f', '-'], toYaml([...crds, ...installed]));
-    kubectlOk(['wait', '--for=condition=Established', 'crd/policies.rollcall.dev']);
+    kubectlOk([
+      ...['wait', '--for=condition=Established', 'crd/policies.rollcall.dev'],
+      ...['crd/reports.openreports.io', 'crd/clusterreports.openreports.io'],
+    ]);
+    kubectlOk(
+      ['create', '-f', '-'],
+      toYaml([foreignReport('Report'), foreignReport('ClusterReport')]),
+    );
     kubectlOk([
       ...['create', 'secret', 'generic', 'rollcall-webhook-ca', '-n', ns],
       '--from-literal=tls.key=the-ca-key',
@@ -250,6 +292,11 @@ describe("rollcall's accounts, with the tokens an attacker would hold, against g
       /not bound to a pod/,
     );
     await untilRefused(
+      "the worker's delete of a foreign Report",
+      () => as.reports.remove('Report', ns, FOREIGN),
+      /is not rollcall's/,
+    );
+    await untilRefused(
       "the worker's delete of a foreign webhook configuration",
       () => as.worker.deleteValidatingWebhookConfiguration({ name: FOREIGN, dryRun: 'All' }),
       /is not rollcall's/,
@@ -260,6 +307,13 @@ describe("rollcall's accounts, with the tokens an attacker would hold, against g
     kubectlRun(['delete', 'policy.rollcall.dev', POLICY, '--ignore-not-found']);
     kubectlRun(['delete', VWC, '--ignore-not-found', '-l', `rollcall.dev/guards-test=${run}`]);
     kubectlRun(['delete', VWC, `rollcall-${POLICY}`, '--ignore-not-found']);
+    kubectlRun([
+      'delete',
+      'clusterreports.openreports.io',
+      '--ignore-not-found',
+      '-l',
+      `rollcall.dev/guards-test=${run}`,
+    ]);
     const outside = installed.filter((m) => m.metadata.namespace !== ns);
     kubectlRun(['delete', '--ignore-not-found', '-f', '-'], toYaml(outside));
     deleteNamespace(ns);
@@ -523,5 +577,63 @@ describe("rollcall's accounts, with the tokens an attacker would hold, against g
           `${config.metadata.name} was not created`,
         );
       });
+  });
+  describe("the worker's OpenReports, with rollcall-worker's token", () => {
+    const readReport = (kind: OpenReport['kind'], name: string) =>
+      getJson<OpenReport>(
+        kind === 'Report'
+          ? ['reports.openreports.io', name, '-n', ns]
+          : ['clusterreports.openreports.io', name],
+      );
+    const exists = (kind: OpenReport['kind'], name: string) =>
+      kubectlRun(
+        kind === 'Report'
+          ? ['get', 'reports.openreports.io', name, '-n', ns, '-o', 'name']
+          : ['get', 'clusterreports.openreports.io', name, '-o', 'name'],
+      ).status === 0;
+
+    for (const kind of ['Report', 'ClusterReport'] as const) {
+      test(`applies again and deletes rollcall's own ${kind}, as the audit does`, async () => {
+        const name = `rollcall-own-${run}`;
+        await as.reports.apply(openReport(kind, name, ours));
+        assert.equal(readReport(kind, name).summary.pass, 1);
+        const changed = openReport(kind, name, ours);
+        changed.summary = { ...changed.summary, pass: 0, fail: 1 };
+        changed.results[0]!.result = 'fail';
+        await as.reports.apply(changed);
+        assert.equal(readReport(kind, name).summary.fail, 1);
+        await as.reports.remove(kind, kind === 'Report' ? ns : undefined, name);
+        assert.equal(exists(kind, name), false);
+      });
+
+      const namespace = kind === 'Report' ? ns : undefined;
+      const takeovers: [what: string, attack: () => Promise<unknown>][] = [
+        [
+          "applies its own over it (the audit's server-side apply, forced)",
+          () => as.reports.apply(openReport(kind, FOREIGN, ours)),
+        ],
+        ['deletes it', () => as.reports.remove(kind, namespace, FOREIGN)],
+      ];
+      for (const [what, attack] of takeovers)
+        test(`is refused when it ${what}: another tool's ${kind} named rollcall-<x>`, async () => {
+          const before = readReport(kind, FOREIGN);
+          assertRefused(
+            await attempt(attack),
+            new RegExp(`${kind} .*${FOREIGN} is not rollcall's`),
+          );
+          const now = readReport(kind, FOREIGN);
+          assert.equal(now.metadata.labels?.[MANAGED_BY_LABEL], undefined);
+          assert.deepEqual([now.source, now.results], [before.source, before.results]);
+        });
+
+      test(`may not create a ${kind} without the label ${MANAGED_BY_LABEL}=${MANAGED_BY}`, async () => {
+        const name = `unlabelled-${run}`;
+        assertRefused(
+          await attempt(() => as.reports.apply(openReport(kind, name))),
+          /writes Reports labelled app\.kubernetes\.io\/managed-by=rollcall only/,
+        );
+        assert.equal(exists(kind, name), false);
+      });
+    }
   });
 });

@@ -17,7 +17,12 @@ export const NAMESPACE = 'rollcall-system';
 export interface Manifest {
   apiVersion: string;
   kind: string;
-  metadata: { name: string; namespace?: string; labels?: Record<string, string> };
+  metadata: {
+    name: string;
+    namespace?: string;
+    labels?: Record<string, string>;
+    annotations?: Record<string, string>;
+  };
   [field: string]: unknown;
 }
 
@@ -55,7 +60,7 @@ export function kubectlOk(args: string[], input?: string): string {
   return out.stdout;
 }
 
-const parseManifests = (text: string) =>
+export const parseManifests = (text: string) =>
   parseAllDocuments(text)
     .map((doc) => doc.toJS() as Manifest)
     .filter((m) => m !== null);
@@ -107,7 +112,11 @@ export const RBAC_KINDS = new Set([
 ]);
 
 /** deploy/guard-identities.yaml's ValidatingAdmissionPolicies, each with a binding of its name. */
-export const IDENTITY_GUARDS = ['rollcall-policy-server-own-pod', 'rollcall-worker-own-webhooks'];
+export const IDENTITY_GUARDS = [
+  'rollcall-policy-server-own-pod',
+  'rollcall-worker-own-webhooks',
+  'rollcall-worker-own-reports',
+];
 export const isIdentityGuard = (m: Manifest) =>
   m.kind.startsWith('ValidatingAdmissionPolicy') && IDENTITY_GUARDS.includes(m.metadata.name);
 

@@ -4,7 +4,10 @@
 // TokenRequest API, as a pod would get) and with guard-identities.yaml's guards installed
 // (guards.test.ts performs the attacks they stop), and the watcher may list and watch every kind the
 // registry (control-plane/registry.ts) says it watches. Not more: a table of `kubectl auth
-// can-i` checks, printed and asserted, and no wildcard anywhere.
+// can-i` checks, printed and asserted, and no wildcard anywhere but in rollcall-audit-reader,
+// which only lists and watches (never get: on `*` a get reaches nodes/proxy, services/proxy,
+// pods/log); its reads are checked as shipped (everything) and narrowed the documented way
+// (deploy/: a kustomize patch, overlay-audit-narrow; the chart: audit.readableResources).
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -51,9 +54,29 @@ const sa = (name: string) => `system:serviceaccount:${NAMESPACE}:${name}`;
  */
 const rbacOf = (manifests: Manifest[]) =>
   manifests.filter((m) => RBAC_KINDS.has(m.kind) || isIdentityGuard(m));
-const sources: [string, Manifest[]][] = [
-  ['deploy/', rbacOf(build())],
-  ['charts/rollcall', rbacOf(await renderChart())],
+const AUDIT_READER = 'rollcall-audit-reader';
+/** The audit reader narrowed to ConfigMaps: the ClusterRole as each source renders it. */
+const narrowedReader = (manifests: Manifest[]) => {
+  const role = manifests.find((m) => m.kind === 'ClusterRole' && m.metadata.name === AUDIT_READER);
+  assert.ok(role, `${AUDIT_READER} is rendered`);
+  return role;
+};
+const sources: [string, Manifest[], Manifest][] = [
+  [
+    'deploy/',
+    rbacOf(build()),
+    narrowedReader(build(join(import.meta.dirname, 'overlay-audit-narrow'))),
+  ],
+  [
+    'charts/rollcall',
+    rbacOf(await renderChart()),
+    narrowedReader(
+      await renderChart([
+        '--set-json',
+        'audit.readableResources=[{"apiGroups":[""],"resources":["configmaps"]}]',
+      ]),
+    ),
+  ],
 ];
 const condition = (p: Policy | PolicyServer, type: string) =>
   p.status?.conditions?.find((c) => c.type === type);
@@ -82,11 +105,9 @@ const CHECKS: Check[] = [
   ['rollcall-watcher', 'create', 'leases.coordination.k8s.io', ns, true],
   ['rollcall-watcher', 'update', 'leases.coordination.k8s.io/rollcall-watcher', ns, true],
   ['rollcall-watcher', 'update', 'leases.coordination.k8s.io/someone-else', ns, false],
-  ['rollcall-watcher', 'list', 'pods', 'default', false],
   ['rollcall-watcher', 'patch', 'policies.rollcall.dev/status', '', false],
   ['rollcall-watcher', 'patch', 'validatingwebhookconfigurations', '', false],
   ['rollcall-watcher', 'get', 'secrets', ns, false],
-  ['rollcall-watcher', 'list', 'secrets', 'default', false],
   ['rollcall-worker', 'patch', 'policies.rollcall.dev/status', '', true],
   ['rollcall-worker', 'patch', 'policyservers.rollcall.dev/status', '', true],
   ['rollcall-worker', 'patch', 'policies.rollcall.dev', '', false],
@@ -110,8 +131,6 @@ const CHECKS: Check[] = [
   ['rollcall-worker', 'get', 'secrets', ns, true],
   ['rollcall-worker', 'create', 'secrets', ns, true],
   ['rollcall-worker', 'update', 'secrets', ns, true],
-  ['rollcall-worker', 'list', 'secrets', ns, false],
-  ['rollcall-worker', 'watch', 'secrets', ns, false],
   ['rollcall-worker', 'delete', 'secrets', ns, false],
   ['rollcall-worker', 'get', 'secrets', 'default', false],
   ['rollcall-worker', 'get', 'secrets', 'kube-system', false],
@@ -120,8 +139,40 @@ const CHECKS: Check[] = [
   ['rollcall-worker', 'delete', 'policyrevisions.rollcall.dev', '', true],
   ['rollcall-worker', 'update', 'policyrevisions.rollcall.dev', '', false],
   ['rollcall-worker', 'patch', 'policyrevisions.rollcall.dev', '', false],
-  ['rollcall-worker', 'list', 'pods', ns, false],
   ['rollcall-worker', 'create', 'leases.coordination.k8s.io', ns, false],
+  // The audit (issue 38): the worker writes OpenReports (guard-identities.yaml keeps it to
+  // rollcall's own) and posts batches through the service proxy of rollcall's namespace only.
+  ...['get', 'list', 'create', 'update', 'patch', 'delete'].map((verb): Check => [
+    'rollcall-worker',
+    verb,
+    'reports.openreports.io',
+    'default',
+    true,
+  ]),
+  ['rollcall-worker', 'patch', 'clusterreports.openreports.io', '', true],
+  ['rollcall-worker', 'delete', 'clusterreports.openreports.io', '', true],
+  ['rollcall-worker', 'deletecollection', 'reports.openreports.io', 'default', false],
+  ['rollcall-watcher', 'create', 'reports.openreports.io', 'default', false],
+  ['rollcall-watcher', 'patch', 'clusterreports.openreports.io', '', false],
+  ['rollcall-policy-server', 'create', 'reports.openreports.io', ns, false],
+  ['rollcall-worker', 'create', 'services/proxy', ns, true],
+  ['rollcall-worker', 'get', 'services/proxy', ns, true],
+  ['rollcall-worker', 'create', 'services/proxy', 'default', false],
+  ['rollcall-worker', 'get', 'services/proxy', 'kube-system', false],
+  ['rollcall-watcher', 'create', 'services/proxy', ns, false],
+  ['rollcall-watcher', 'delete', 'namespaces', '', false],
+  // What the audit reader must never grant, whatever it lists: a get by name, and with it the
+  // subresources a GET reaches (the kubelet's API, any Service's or pod's HTTP, logs, exec).
+  ...['rollcall-watcher', 'rollcall-worker'].flatMap((a): Check[] => [
+    [a, 'get', 'configmaps', 'default', false],
+    [a, 'get', 'nodes/proxy', '', false],
+    [a, 'get', 'services/proxy', 'default', false],
+    [a, 'get', 'pods/proxy', 'default', false],
+    [a, 'get', 'pods/log', 'default', false],
+    [a, 'get', 'pods/exec', 'default', false],
+    [a, 'create', 'pods/exec', 'default', false],
+    [a, 'update', 'configmaps', 'default', false],
+  ]),
   // Patch only: guard-identities.yaml narrows it to the own pod's report annotation.
   ['rollcall-policy-server', 'patch', 'pods', ns, true],
   ['rollcall-policy-server', 'get', 'pods', ns, false],
@@ -149,7 +200,6 @@ const CHECKS: Check[] = [
   // by one and never patches, deletes or reaches another namespace's; a policy server none.
   ['rollcall-watcher', 'get', 'secrets/rollcall-webhook-ca', ns, false],
   ['rollcall-watcher', 'update', 'secrets', ns, false],
-  ['rollcall-watcher', 'watch', 'secrets', 'kube-system', false],
   ['rollcall-worker', 'get', 'secrets/rollcall-webhook-ca', ns, true],
   ['rollcall-worker', 'patch', 'secrets', ns, false],
   ['rollcall-worker', 'deletecollection', 'secrets', ns, false],
@@ -164,11 +214,36 @@ const CHECKS: Check[] = [
   ]),
 ];
 
+/**
+ * The audit's reads, [account, verb, resource, namespace, allowed as shipped, allowed with the
+ * reader narrowed to ConfigMaps]: as shipped every resource may be listed and watched (Secrets
+ * too: the trade-off docs/security.md states), narrowed only what the overlay or value names.
+ */
+const AUDIT_READS: [string, string, string, string, boolean, boolean][] = [
+  ['rollcall-watcher', 'list', 'configmaps', 'default', true, true],
+  ['rollcall-watcher', 'watch', 'configmaps', 'kube-system', true, true],
+  ['rollcall-worker', 'list', 'configmaps', 'default', true, true],
+  ['rollcall-watcher', 'list', 'pods', 'default', true, false],
+  ['rollcall-watcher', 'list', 'deployments.apps', 'default', true, false],
+  ['rollcall-watcher', 'list', 'secrets', 'default', true, false],
+  ['rollcall-watcher', 'watch', 'secrets', 'kube-system', true, false],
+  ['rollcall-worker', 'list', 'secrets', ns, true, false],
+  ['rollcall-worker', 'watch', 'secrets', ns, true, false],
+  ['rollcall-worker', 'list', 'pods', ns, true, false],
+  ['rollcall-worker', 'list', 'nodes', '', true, false],
+];
+const auditChecks = (narrowed: boolean): Check[] =>
+  AUDIT_READS.map(([a, v, r, n, shipped, narrow]) => [a, v, r, n, narrowed ? narrow : shipped]);
+
+/** Subresources `kubectl auth can-i` takes as a flag; anything else after a `/` is a name. */
+const SUBRESOURCES = new Set(['status', 'proxy', 'log', 'exec']);
+
 function canI([account, verb, resource, namespace]: Check): boolean {
   // `kubectl auth can-i` takes a subresource as a flag, not in the resource path.
   const [type, rest] = resource.split('/') as [string, string | undefined];
-  const subresource = rest === 'status' ? ['--subresource=status'] : [];
-  const target = rest !== undefined && rest !== 'status' ? `${type}/${rest}` : type;
+  const isSub = rest !== undefined && SUBRESOURCES.has(rest);
+  const subresource = isSub ? [`--subresource=${rest}`] : [];
+  const target = rest !== undefined && !isSub ? `${type}/${rest}` : type;
   const scope = namespace === '' ? [] : ['-n', namespace];
   const out = kubectlRun([
     'auth',
@@ -183,7 +258,25 @@ function canI([account, verb, resource, namespace]: Check): boolean {
   return out.status === 0;
 }
 
-for (const [source, rbac] of sources)
+/** Each check's result, printed as a table; the checks whose result differs from the expectation. */
+function checkAll(checks: Check[]): string[] {
+  const rows = checks.map((check) => ({ check, got: canI(check) }));
+  const w = [24, 7, 46, 16];
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(w[i] ?? 6)).join(' ');
+  console.log(
+    [
+      '',
+      line(['ACCOUNT', 'VERB', 'RESOURCE', 'NAMESPACE', 'CAN-I', 'EXPECTED']),
+      ...rows.map(({ check: [a, v, r, n, want], got }) =>
+        line([a, v, r, n || '(cluster)', got ? 'yes' : 'no', want ? 'yes' : 'no']),
+      ),
+      '',
+    ].join('\n'),
+  );
+  return rows.filter(({ check, got }) => got !== check[4]).map(({ check }) => check.join(' '));
+}
+
+for (const [source, rbac, narrowed] of sources)
   describe(`RBAC of ${source}`, () => {
     const dir = mkdtempSync(join(tmpdir(), 'rollcall-rbac-'));
     const processes: RollcallProcess[] = [];
@@ -217,39 +310,36 @@ for (const [source, rbac] of sources)
       rmSync(dir, { recursive: true, force: true });
     });
 
-    test('no rule uses a wildcard verb, resource or API group', () => {
+    type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
+    test('no rule uses a wildcard verb, resource or API group, but the audit reader, which only lists and watches', () => {
       const roles = rbac.filter((m) => m.kind === 'Role' || m.kind === 'ClusterRole');
-      assert.ok(roles.length >= 6);
+      assert.ok(roles.length >= 7);
       for (const role of roles) {
-        for (const rule of role.rules as {
-          apiGroups: string[];
-          resources: string[];
-          verbs: string[];
-        }[]) {
+        for (const rule of role.rules as Rule[]) {
+          if (role.kind === 'ClusterRole' && role.metadata.name === AUDIT_READER) {
+            assert.deepEqual(rule.verbs, ['list', 'watch'], `${AUDIT_READER} only reads`);
+            continue;
+          }
           for (const v of [...rule.apiGroups, ...rule.resources, ...rule.verbs])
             assert.ok(!v.includes('*'), `${role.kind}/${role.metadata.name} has a wildcard: ${v}`);
         }
       }
+      const binding = rbac.find(
+        (m) => m.kind === 'ClusterRoleBinding' && m.metadata.name === AUDIT_READER,
+      );
+      assert.deepEqual(
+        (binding?.subjects as { name: string }[] | undefined)?.map((s) => s.name),
+        ['rollcall-watcher', 'rollcall-worker'],
+        'the audit reader is bound to the watcher and the worker, not the policy servers',
+      );
     });
 
     test('kubectl auth can-i: each account may do what its role needs and nothing else checked here', () => {
-      const rows = CHECKS.map((check) => ({ check, got: canI(check) }));
-      const w = [24, 7, 46, 16];
-      const line = (cells: string[]) => cells.map((c, i) => c.padEnd(w[i] ?? 6)).join(' ');
-      console.log(
-        [
-          '',
-          line(['ACCOUNT', 'VERB', 'RESOURCE', 'NAMESPACE', 'CAN-I', 'EXPECTED']),
-          ...rows.map(({ check: [a, v, r, n, want], got }) =>
-            line([a, v, r, n || '(cluster)', got ? 'yes' : 'no', want ? 'yes' : 'no']),
-          ),
-          '',
-        ].join('\n'),
+      assert.deepEqual(
+        checkAll([...CHECKS, ...auditChecks(false)]),
+        [],
+        'every check matches the expectation',
       );
-      const wrong = rows
-        .filter(({ check, got }) => got !== check[4])
-        .map(({ check }) => check.join(' '));
-      assert.deepEqual(wrong, [], 'every check matches the expectation');
     });
 
     test('the end-to-end scenario passes with the watcher and the worker under their ServiceAccounts', async () => {
@@ -375,6 +465,26 @@ for (const [source, rbac] of sources)
           /forbidden|"code":403|statusCode":403/i,
           `${role} was refused something; see ${logDir}/${run}-${role}.log`,
         );
+      }
+    });
+
+    test('narrowed the documented way, the audit reader lists and watches only what it names', async () => {
+      const shipped = rbac.find(
+        (m) => m.kind === 'ClusterRole' && m.metadata.name === AUDIT_READER,
+      )!;
+      apply(narrowed);
+      try {
+        // The authorizer follows a role change within moments: ask until it has.
+        const deadline = Date.now() + 15_000;
+        let wrong = checkAll(auditChecks(true));
+        while (wrong.length > 0 && Date.now() < deadline) {
+          await new Promise((r) => setTimeout(r, 250));
+          wrong = checkAll(auditChecks(true));
+        }
+        assert.deepEqual(wrong, [], 'every check matches the expectation');
+        assert.deepEqual(checkAll(CHECKS), [], 'the rest is unchanged');
+      } finally {
+        apply(shipped);
       }
     });
   });

@@ -1,12 +1,16 @@
 // The ops surface of a running `rollcall run` with the simulated data plane: /metrics parsed
 // as Prometheus text and moving when policies change, and, in headless Chromium, the queue UI
-// behind basic auth and the status page showing a failing replica. Screenshots go to
+// behind basic auth and the status page showing a failing replica and a policy's audit (its
+// failing objects, escaped, under the page's Content-Security-Policy). Screenshots go to
 // test-results/.
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { chromium, type Browser } from 'playwright-core';
+import { GROUP, VERSION } from '../../../api/constants.ts';
+import type { PolicyAudit } from '../../../api/v1alpha1.ts';
 import { repoRoot } from '../../../tooling/cluster/paths.ts';
 import { testKubeConfig, uniqueName } from '../../support/kube.ts';
 import {
@@ -193,6 +197,78 @@ describe('the UIs in a browser', () => {
     await context.close();
   });
 
+  test('/ shows a policy’s MODE and audit: counts, its failing objects escaped, "and N more", where the Reports are', async () => {
+    // A simulated policy is never audited (sim://), so the test writes status.audit as the
+    // audit-summary function would, with strings no template may turn into markup.
+    const name = 'ops-audited';
+    await apply(
+      policyManifest(name, server, {
+        module: 'sim://ok',
+        rules: [createRule('configmaps')],
+        validationActions: ['Audit'],
+      }),
+    );
+    await waitPolicy(
+      name,
+      (p) => Boolean(conditionTrue(p, 'Ready')) && p.status?.actions === 'Audit',
+    );
+    const hostile = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">';
+    const audit: PolicyAudit = {
+      generation: 1,
+      checked: 100,
+      failing: 30,
+      errors: 0,
+      completedAt: '2026-01-01T00:00:00Z',
+      failures: Array.from({ length: 10 }, (_, i) => ({
+        object: `ConfigMap shop/settings-${i}${i === 0 ? hostile : ''}`,
+        message: i === 0 ? `</td></tr></table>${hostile}` : 'configmaps must not hold passwords',
+      })),
+    };
+    await kc
+      .makeApiClient(CustomObjectsApi)
+      .patchClusterCustomObjectStatus(
+        { group: GROUP, version: VERSION, plural: 'policies', name, body: { status: { audit } } },
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
+
+    const context = await browser.newContext({
+      httpCredentials: { username: 'admin', password: 'secret' },
+      viewport: { width: 1280, height: 800 },
+    });
+    const page = await context.newPage();
+    const dialogs: string[] = [];
+    page.on('dialog', (d) => {
+      dialogs.push(d.message());
+      void d.dismiss();
+    });
+    const row = page.locator(`tr[data-policy="${name}"]`);
+    // The watcher's projection catches up with the status write: reload until it shows.
+    await waitFor(
+      async () => {
+        await page.goto(`${base}/`);
+        return (await row.locator('td[data-audit-failing="30"]').count()) === 1;
+      },
+      15_000,
+      'the status page to show the audit',
+    );
+    assert.equal(await row.locator('td[data-actions]').innerText(), 'Audit');
+    assert.match(await row.innerText(), /30 failing of\s+100/);
+    const block = page.locator(`[data-audit-failures="${name}"]`);
+    assert.equal(await block.locator('tr[data-failure]').count(), 10);
+    assert.match(await block.innerText(), /and 20 more\./);
+    assert.match(
+      await block.innerText(),
+      /kubectl get reports -A -l rollcall\.dev\/policy=ops-audited/,
+    );
+    // The hostile strings are text: shown as written, no element made of them, nothing run.
+    assert.ok((await block.innerText()).includes(hostile));
+    assert.equal(await page.locator('script, img').count(), 0);
+    assert.equal(await page.evaluate(() => (globalThis as { pwned?: number }).pwned), undefined);
+    assert.deepEqual(dialogs, []);
+    await page.screenshot({ path: join(artifacts, 'status-audit.png'), fullPage: true });
+    await context.close();
+  });
+
   test('/ shows the failing policy’s replicas and message', async () => {
     await waitPolicy('ops-bad', (p) => Boolean(conditionTrue(p, 'Stalled')));
     const context = await browser.newContext({
@@ -208,7 +284,7 @@ describe('the UIs in a browser', () => {
     assert.match(await row.innerText(), /module download failed: 404 from the registry/);
     assert.match(await row.innerText(), /Stalled/);
     assert.match(
-      await page.locator(`section[data-server="${server}"] thead`).innerText(),
+      await page.locator(`section[data-server="${server}"] > table > thead`).innerText(),
       new RegExp(`policy-server-${server}`),
     );
     assert.equal(

@@ -142,8 +142,49 @@ describe('a Policy converted to a ValidatingAdmissionPolicy', () => {
       notes.filter((n) => n.lost).map((n) => n.field),
       ['spec.validations[0].expression', 'spec.validations[0].reason'],
     );
-    assert.ok(notes.some((n) => n.field === 'spec.mode' && !n.lost));
+    assert.deepEqual(
+      notes.filter((n) => n.field === 'spec.mode').map((n) => [n.message.slice(0, 30), n.lost]),
+      [
+        ['monitor → validationActions [W', false],
+        ['Warn: the warning reads "Valid', false],
+      ],
+    );
     assert.equal(objects[0]?.spec.variables, undefined, 'no settings, no variable');
+  });
+
+  test("validationActions become the binding's as written, the deprecated mode's when absent; each action set comes back", () => {
+    const sets = [
+      ['Deny'],
+      ['Warn'],
+      ['Audit'],
+      ['Deny', 'Audit'],
+      ['Warn', 'Audit'],
+      ['Audit', 'Deny'],
+    ];
+    for (const validationActions of sets) {
+      const original = policy({ validationActions, validations: [{ expression: 'true' }] });
+      const { objects, notes } = converted(original);
+      assert.deepEqual(objects[1]?.spec.validationActions, validationActions);
+      assert.equal(
+        notes.some((n) => n.lost),
+        false,
+        'the actions lose nothing',
+      );
+      assert.equal(
+        notes.some((n) => n.message.startsWith('Audit: the audit event annotation')),
+        validationActions.includes('Audit'),
+      );
+      const back = vapToPolicies(objects);
+      assert.ok(back.ok);
+      assert.deepEqual((back.objects[0] as Obj).spec.validationActions, validationActions);
+      assert.equal(
+        (back.objects[0] as Obj).spec.mode,
+        undefined,
+        'the deprecated mode is not written',
+      );
+    }
+    const monitor = converted(policy({ mode: 'monitor', validations: [{ expression: 'true' }] }));
+    assert.deepEqual(monitor.objects[1]?.spec.validationActions, ['Warn']);
   });
 
   test('a source or module policy, or one that does not load, cannot be converted', () => {
@@ -211,7 +252,7 @@ describe('a ValidatingAdmissionPolicy converted to Policies', () => {
       {
         ...original,
         spec: {
-          mode: 'protect',
+          validationActions: ['Deny'],
           failurePolicy: 'Fail',
           ...original.spec,
           rules: [{ ...original.spec.rules[0], scope: '*' }],
@@ -277,13 +318,13 @@ describe('a ValidatingAdmissionPolicy converted to Policies', () => {
     assert.deepEqual(
       policies.map((p) => [
         p.metadata.name,
-        p.spec.mode,
+        p.spec.validationActions,
         p.spec.policyServer,
         p.spec.failurePolicy,
       ]),
       [
-        ['deny', 'protect', 'edge', 'Ignore'],
-        ['warn', 'monitor', 'edge', 'Ignore'],
+        ['deny', ['Deny'], 'edge', 'Ignore'],
+        ['warn', ['Warn', 'Audit'], 'edge', 'Ignore'],
       ],
     );
     assert.deepEqual(policies[0]?.spec.settings, configMap);
@@ -292,8 +333,19 @@ describe('a ValidatingAdmissionPolicy converted to Policies', () => {
       [
         'ValidatingAdmissionPolicy/max-replicas spec.matchConstraints.resourceRules[0].resourceNames',
         'ValidatingAdmissionPolicy/max-replicas spec.auditAnnotations',
-        'ValidatingAdmissionPolicyBinding/warn spec.validationActions',
       ],
+    );
+  });
+
+  test('a binding whose validationActions a Policy refuses (Deny with Warn) cannot be converted', () => {
+    const result = vapToPolicies([
+      { ...vap, spec: { ...vap.spec, paramKind: undefined } },
+      binding('both', { validationActions: ['Deny', 'Warn'] }),
+    ]);
+    assert.equal(result.ok, false);
+    assert.match(
+      result.ok ? '' : result.errors.join('; '),
+      /the Policy would be invalid: spec\.validationActions: .*may not combine Deny and Warn/,
     );
   });
 

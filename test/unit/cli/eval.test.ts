@@ -235,7 +235,7 @@ validations:
     assert.match(report.expressions[0]?.error ?? '', /no such key: missing/i);
   });
 
-  test('monitor mode admits what it would deny, with the server’s warning', async () => {
+  test('the deprecated monitor mode (Warn) admits what it would deny, with the server’s warning', async () => {
     const files = scratch({
       'policy.yaml': policyYaml(
         'watch',
@@ -245,8 +245,47 @@ validations:
     });
     const ran = await inProcess(['eval', join(files, 'policy.yaml'), join(files, 'cm.yaml')]);
     assert.equal(ran.code, 0);
-    assert.match(ran.stdout, /^verdict +admitted \(monitor mode: it would deny\)$/m);
-    assert.match(ran.stdout, /^warnings +watch \(monitor\) would deny: nope$/m);
+    assert.match(ran.stdout, /^verdict +admitted \(validationActions Warn: it would deny\)$/m);
+    assert.match(ran.stdout, /^warnings +watch would deny: nope$/m);
+  });
+
+  test('Audit admits what fails, with the audit annotation the apiserver would record', async () => {
+    const files = scratch({
+      'policy.yaml': policyYaml(
+        'audited',
+        'validationActions: [Deny, Audit]\nvalidations: [{ expression: "false", message: "nope" }]',
+      ),
+      'audit-only.yaml': policyYaml(
+        'audited',
+        'validationActions: [Audit]\nvalidations: [{ expression: "false", message: "nope" }]',
+      ),
+      'cm.yaml': 'apiVersion: v1\nkind: ConfigMap\nmetadata: { name: c, namespace: n }\n',
+    });
+    const denied = await inProcess(['eval', join(files, 'policy.yaml'), join(files, 'cm.yaml')]);
+    assert.equal(denied.code, 1);
+    assert.match(denied.stdout, /^verdict +denied \(422 Invalid\)$/m);
+    const annotation = JSON.stringify([
+      { message: 'nope', policy: 'audited', generation: 1, validationActions: ['Deny', 'Audit'] },
+    ]);
+    assert.ok(
+      denied.stdout.includes(
+        `audit     audited.policies.rollcall.dev/validation_failure=${annotation}`,
+      ),
+      denied.stdout,
+    );
+    const admitted = await inProcess([
+      'eval',
+      join(files, 'audit-only.yaml'),
+      join(files, 'cm.yaml'),
+      '-o',
+      'json',
+    ]);
+    assert.equal(admitted.code, 0);
+    const report = JSON.parse(admitted.stdout) as EvalReport;
+    assert.deepEqual([report.result, report.allowed], ['fail', true]);
+    assert.deepEqual(report.policy.actions, ['Audit']);
+    assert.deepEqual(report.warnings, []);
+    assert.deepEqual(Object.keys(report.auditAnnotations), ['validation_failure']);
   });
 
   test('DELETE sends the object as oldObject, and the rules decide whether the policy applies', async () => {

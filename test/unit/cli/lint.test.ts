@@ -23,11 +23,64 @@ describe('rollcall lint', () => {
   test('a typo exits 1 with the file, line and column of the mistake and the replica’s words', async () => {
     const ran = await cli(['lint', 'examples/policies.yaml']);
     assert.equal(ran.code, 1);
-    assert.equal(
-      ran.stdout,
-      "examples/policies.yaml:64:42: error: limit-replicas: spec.validations[0].expression: undeclared reference to 'param' at 1:23\n" +
-        '3 policies checked: 1 error, 0 warnings\n',
+    // The examples may still write the deprecated mode (a warning each): only the error counts.
+    const lines = ran.stdout.split('\n').filter((l) => !l.includes(': warning: '));
+    assert.deepEqual(lines, [
+      "examples/policies.yaml:64:42: error: limit-replicas: spec.validations[0].expression: undeclared reference to 'param' at 1:23",
+      lines[1],
+      '',
+    ]);
+    assert.match(lines[1] ?? '', /^3 policies checked: 1 error, \d+ warnings?$/);
+  });
+
+  test('the deprecated mode is a warning naming the validationActions to write instead', async () => {
+    const policy = (name: string, fields: string) => `apiVersion: rollcall.dev/v1alpha1
+kind: Policy
+metadata: { name: ${name} }
+spec:
+  policyServer: default
+  rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }]
+${fields}
+  validations: [{ expression: "has(object.metadata.labels)" }]
+`;
+    const dir = scratch({
+      'p.yaml': [
+        policy('old-protect', '  mode: protect'),
+        policy('old-monitor', '  mode: monitor'),
+        policy('both', '  mode: monitor\n  validationActions: [Warn, Audit]'),
+        policy('current', '  validationActions: [Audit]'),
+        policy('defaulted', ''),
+      ].join('---\n'),
+    });
+    const ran = await inProcess(['lint', join(dir, 'p.yaml'), '-o', 'json']);
+    assert.equal(ran.code, 0, ran.stdout);
+    const problems = (JSON.parse(ran.stdout) as LintProblem[]).map(
+      (p) => `${p.line} ${p.severity} ${p.policy} ${p.fieldPath}: ${p.message}`,
     );
+    assert.deepEqual(problems, [
+      '7 warning old-protect spec.mode: mode is deprecated: write validationActions: [Deny] instead (the same behaviour)',
+      '16 warning old-monitor spec.mode: mode is deprecated: write validationActions: [Warn] instead (the same behaviour)',
+      '25 warning both spec.mode: mode is deprecated and ignored: validationActions [Warn, Audit] says what a failed validation does; remove mode',
+    ]);
+  });
+
+  test('validationActions that repeat an action or combine Deny and Warn are errors', async () => {
+    const dir = scratch({
+      'p.yaml': `apiVersion: rollcall.dev/v1alpha1
+kind: Policy
+metadata: { name: contradictory }
+spec:
+  policyServer: default
+  rules: [{ operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods] }]
+  validationActions: [Deny, Warn]
+  validations: [{ expression: "true" }]
+`,
+    });
+    const ran = await inProcess(['lint', join(dir, 'p.yaml'), '-o', 'json']);
+    assert.equal(ran.code, 1);
+    const [problem] = JSON.parse(ran.stdout) as LintProblem[];
+    assert.equal(problem?.fieldPath, 'spec.validationActions');
+    assert.match(problem?.message ?? '', /may not combine Deny and Warn/);
   });
 
   test('clean policies exit 0', async () => {

@@ -5,7 +5,6 @@ import { guessResource, resolveKind } from '../../../cli/authoring/kinds.ts';
 import {
   admissionMatch,
   ruleMatches,
-  selectorMatches,
   type RequestAttributes,
 } from '../../../cli/authoring/match.ts';
 
@@ -76,48 +75,6 @@ describe('rules match as admissionregistration v1 says', () => {
     test(`${name}: ${expected ? 'matches' : 'does not match'}`, () => {
       assert.equal(ruleMatches(rule(r), request(a)), expected);
     });
-});
-
-describe('label selectors match as metav1.LabelSelector says', () => {
-  const labels = { env: 'prod', team: 'a' };
-  const cases: [string, Parameters<typeof selectorMatches>[0], boolean][] = [
-    ['no selector selects everything', undefined, true],
-    ['an empty selector selects everything', {}, true],
-    ['matchLabels that hold', { matchLabels: { env: 'prod' } }, true],
-    ['matchLabels that do not', { matchLabels: { env: 'dev' } }, false],
-    [
-      'In with the value',
-      { matchExpressions: [{ key: 'env', operator: 'In', values: ['prod', 'dev'] }] },
-      true,
-    ],
-    [
-      'In without the label',
-      { matchExpressions: [{ key: 'tier', operator: 'In', values: ['x'] }] },
-      false,
-    ],
-    [
-      'NotIn without the label holds',
-      { matchExpressions: [{ key: 'tier', operator: 'NotIn', values: ['x'] }] },
-      true,
-    ],
-    [
-      'NotIn with the value',
-      { matchExpressions: [{ key: 'env', operator: 'NotIn', values: ['prod'] }] },
-      false,
-    ],
-    ['Exists', { matchExpressions: [{ key: 'team', operator: 'Exists' }] }, true],
-    ['DoesNotExist', { matchExpressions: [{ key: 'team', operator: 'DoesNotExist' }] }, false],
-    [
-      'matchLabels and expressions together',
-      {
-        matchLabels: { env: 'prod' },
-        matchExpressions: [{ key: 'team', operator: 'In', values: ['b'] }],
-      },
-      false,
-    ],
-  ];
-  for (const [name, selector, expected] of cases)
-    test(name, () => assert.equal(selectorMatches(selector, labels), expected));
 });
 
 describe('whether a Policy applies to a request', () => {

@@ -38,7 +38,7 @@ function deps(
                 kind: 'unavailable',
                 message: `not loaded ${generation}`,
                 failurePolicy: 'Ignore',
-                mode: 'protect',
+                actions: ['Deny'],
               }
             : { kind: 'unknown' },
     evaluate: async (job, ms) => {

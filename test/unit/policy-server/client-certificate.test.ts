@@ -99,6 +99,35 @@ describe('the policy server with --client-ca-file', () => {
     assert.equal(JSON.parse(res.body).response.allowed, true);
   });
 
+  test('the audit endpoint is under the same rule', async () => {
+    const batch = JSON.stringify({
+      resource: { group: '', version: 'v1', resource: 'configmaps' },
+      kind: { group: '', version: 'v1', kind: 'ConfigMap' },
+      policies: [{ name: 'p', generation: 1 }],
+      items: [{ object: { metadata: { name: 'a', namespace: 'n' } }, policies: [0] }],
+    });
+    const audit = (identity: { cert: Buffer; key: Buffer } | undefined) =>
+      httpsRequest(
+        {
+          host: '127.0.0.1',
+          port: server.port,
+          method: 'POST',
+          path: '/audit',
+          ca,
+          agent: false,
+          headers: { 'content-type': 'application/json' },
+          ...identity,
+        },
+        batch,
+      );
+    const refused = await audit(undefined);
+    assert.equal(refused.status, 403);
+    assert.equal((await audit(impostor)).status, 403);
+    const answered = await audit(apiserver);
+    assert.equal(answered.status, 200, answered.body);
+    assert.deepEqual(JSON.parse(answered.body), { results: [[{ result: 'pass' }]] });
+  });
+
   test('keeps the probes and /metrics open to clients without a certificate (the kubelet)', async () => {
     for (const path of ['/healthz', '/readyz', '/metrics'])
       assert.equal((await call('GET', path, undefined)).status, 200, path);

@@ -54,6 +54,21 @@ const reviewOf = (uid: string, padding = 0) =>
     request: { uid, object: { data: { blob: 'x'.repeat(padding) } } },
   });
 
+/** An audit batch of `count` ConfigMaps, each judged by policy p generation 1. */
+const auditBatchOf = (count: number, padding = 0) =>
+  JSON.stringify({
+    resource: { group: '', version: 'v1', resource: 'configmaps' },
+    kind: { group: '', version: 'v1', kind: 'ConfigMap' },
+    policies: [{ name: 'p', generation: 1 }],
+    items: Array.from({ length: count }, (_, i) => ({
+      object: {
+        metadata: { name: `cm-${i}`, namespace: 'a' },
+        data: { blob: 'x'.repeat(padding) },
+      },
+      policies: [0],
+    })),
+  });
+
 /** Milliseconds until `socket` closes. */
 function closed(socket: Socket, since = performance.now()): Promise<number> {
   socket.on('error', () => {});
@@ -169,6 +184,30 @@ describe('the HTTPS server', () => {
     assert.match(text, /rollcall_admission_refused_total\{reason="too_large"\} 1/);
   });
 
+  test("judges an audit batch through admission's path and counts each evaluation by policy", async () => {
+    const res = await callLocal(server.port, ca, 'POST', '/audit', auditBatchOf(2));
+    assert.equal(res.status, 200, res.body);
+    assert.deepEqual(JSON.parse(res.body), {
+      results: [[{ result: 'fail', message: 'nope' }], [{ result: 'fail', message: 'nope' }]],
+    });
+    const text = (await callLocal(server.port, ca, 'GET', '/metrics')).body;
+    assert.match(text, /rollcall_policy_server_audit_evaluations_total\{policy="p"\} 2/);
+    const bad = await callLocal(server.port, ca, 'POST', '/audit', '{"items":[]}');
+    assert.equal(bad.status, 400);
+    assert.match(JSON.parse(bad.body).error, /^not an audit batch: /);
+    const tooLarge = await callLocal(
+      server.port,
+      ca,
+      'POST',
+      '/audit',
+      auditBatchOf(1, 9 * 1024 * 1024),
+    );
+    assert.deepEqual(
+      [tooLarge.status, JSON.parse(tooLarge.body)],
+      [413, { error: 'an audit batch may be at most 8388608 bytes (--max-review-bytes)' }],
+    );
+  });
+
   /** A server of its own with `limits`, whose evaluations wait until `release()`. */
   async function limitedServer(limits: Partial<IngressLimits>) {
     let release!: () => void;
@@ -272,6 +311,64 @@ describe('the HTTPS server', () => {
     }
   });
 
+  test('the audit waits for admission: with a quarter of --max-in-flight taken, a batch is answered retry, unevaluated', async () => {
+    const { limited, state, release, post } = await limitedServer({ maxInFlight: 4 });
+    const audit = (body: string) => callLocal(limited.port, ca, 'POST', '/audit', body);
+    try {
+      const held = post('p');
+      await until(() => state.evaluating === 1, 'one admission request evaluating');
+      const res = await audit(auditBatchOf(3));
+      assert.equal(res.status, 200);
+      const results = JSON.parse(res.body).results as {
+        result: string;
+        retry?: boolean;
+        message?: string;
+      }[][];
+      assert.deepEqual(
+        results.map(([r]) => [r?.result, r?.retry]),
+        [
+          ['error', true],
+          ['error', true],
+          ['error', true],
+        ],
+      );
+      assert.match(
+        results[0]?.[0]?.message ?? '',
+        /policy server busy: 1 requests in flight \(the audit waits for fewer than 1\)/,
+      );
+      assert.equal(state.evaluating, 1, 'the audit evaluated nothing');
+      release();
+      await held;
+      assert.equal((await audit(auditBatchOf(1))).status, 200);
+      assert.equal(state.evaluating, 2, 'evaluated once admission left room');
+    } finally {
+      release();
+      await limited.close();
+    }
+  });
+
+  test('one audit batch is judged at a time; four wait, and one more is refused with 503', async () => {
+    const { limited, state, release } = await limitedServer({});
+    const audit = () => callLocal(limited.port, ca, 'POST', '/audit', auditBatchOf(1));
+    try {
+      const first = audit();
+      await until(() => state.evaluating === 1, 'the first batch evaluating');
+      const waiting = [audit(), audit(), audit(), audit()];
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(state.evaluating, 1, 'the waiting batches evaluate nothing yet');
+      const refused = await audit();
+      assert.equal(refused.status, 503);
+      assert.equal(refused.headers['retry-after'], '5');
+      assert.match(JSON.parse(refused.body).error, /busy: other audit batches/);
+      release();
+      for (const res of await Promise.all([first, ...waiting])) assert.equal(res.status, 200);
+      assert.equal(state.evaluating, 5);
+    } finally {
+      release();
+      await limited.close();
+    }
+  });
+
   test('connections past --max-connections are closed before their TLS handshake, and counted', async () => {
     const { limited, release, metrics } = await limitedServer({ maxConnections: 2 });
     const open = () => {
@@ -322,6 +419,12 @@ describe('the HTTPS server', () => {
   test('a wrong path or method says what it expects', async () => {
     assert.equal((await callLocal(server.port, ca, 'POST', '/validate/p', '{}')).status, 404);
     assert.equal((await callLocal(server.port, ca, 'GET', '/validate/p/1')).status, 405);
+    assert.equal((await callLocal(server.port, ca, 'GET', '/audit')).status, 405);
+    const lost = await callLocal(server.port, ca, 'POST', '/audit/x', '{}');
+    assert.deepEqual(
+      [lost.status, JSON.parse(lost.body)],
+      [404, { error: 'expected POST /validate/<policy>/<generation> or /audit' }],
+    );
   });
 
   test('keeps an idle connection past Node’s 5 s default, as the apiserver keeps its own for 90 s', async () => {

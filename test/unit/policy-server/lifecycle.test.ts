@@ -289,7 +289,7 @@ describe('the target of an admission request', () => {
       kind: 'unavailable',
       message: 'policy a: this replica has not loaded generation 3 (it failed: typo at 1:5)',
       failurePolicy: 'Fail',
-      mode: 'protect',
+      actions: ['Deny'],
     });
   });
 

@@ -1,14 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import fc from 'fast-check';
 import { admissionResponse, type PolicyAnswerContext } from '../../../data-plane/verdict.ts';
 
 const protect: PolicyAnswerContext = {
   policy: 'p',
   generation: 2,
-  mode: 'protect',
+  actions: ['Deny'],
   failurePolicy: 'Fail',
 };
-const monitor: PolicyAnswerContext = { ...protect, mode: 'monitor' };
+const monitor: PolicyAnswerContext = { ...protect, actions: ['Warn'] };
 const ignore: PolicyAnswerContext = { ...protect, failurePolicy: 'Ignore' };
 
 describe('verdict mapping', () => {
@@ -45,13 +46,13 @@ describe('verdict mapping', () => {
     assert.deepEqual(r.response.status, { code: 403, message: 'm', reason: 'Forbidden' });
   });
 
-  test('monitor: a denial is allowed with a warning naming what it would have denied', () => {
+  test('Warn: a denial is allowed with a warning naming what it would have denied', () => {
     const r = admissionResponse('u1', monitor, {
       kind: 'verdict',
       verdict: { allowed: false, message: 'no latest tag' },
     });
     assert.deepEqual(r, {
-      response: { uid: 'u1', allowed: true, warnings: ['p (monitor) would deny: no latest tag'] },
+      response: { uid: 'u1', allowed: true, warnings: ['p would deny: no latest tag'] },
       verdict: 'allowed',
     });
   });
@@ -95,7 +96,7 @@ describe('verdict mapping', () => {
     });
   });
 
-  test('a run past the cost budget with failurePolicy Ignore, or in monitor mode, is allowed with a warning', () => {
+  test('a run past the cost budget with failurePolicy Ignore, or under Warn, is allowed with a warning', () => {
     const ignored = admissionResponse('u1', ignore, { kind: 'cost', budget: 10_000_000 });
     assert.equal(ignored.verdict, 'cost');
     assert.deepEqual(ignored.response, {
@@ -107,7 +108,7 @@ describe('verdict mapping', () => {
     });
     const monitored = admissionResponse('u1', monitor, { kind: 'cost', budget: 2 ** 20 });
     assert.deepEqual(monitored.response.warnings, [
-      'policy p generation 2 exceeded its runtime cost budget 2^20 (failurePolicy Fail, monitor mode: allowed)',
+      'p would deny: policy p generation 2 exceeded its runtime cost budget 2^20',
     ]);
   });
 
@@ -121,7 +122,7 @@ describe('verdict mapping', () => {
     );
   });
 
-  test('monitor never denies, not even on a timeout with failurePolicy Fail', () => {
+  test('Warn never denies, not even on a timeout with failurePolicy Fail', () => {
     const r = admissionResponse('u1', monitor, { kind: 'timeout', ms: 100 });
     assert.equal(r.response.allowed, true);
     assert.equal(r.verdict, 'timeout');
@@ -135,5 +136,185 @@ describe('verdict mapping', () => {
       allowed: false,
       status: { code: 500, message, reason: 'InternalError' },
     });
+  });
+});
+
+describe('validationActions', () => {
+  const denial = {
+    kind: 'verdict',
+    verdict: { allowed: false, message: 'no latest tag' },
+  } as const;
+  test('Audit admits and annotates the audit event with what failed', () => {
+    const r = admissionResponse('u1', { ...protect, actions: ['Audit'] }, denial);
+    assert.deepEqual(r, {
+      response: {
+        uid: 'u1',
+        allowed: true,
+        auditAnnotations: {
+          validation_failure: JSON.stringify([
+            { message: 'no latest tag', policy: 'p', generation: 2, validationActions: ['Audit'] },
+          ]),
+        },
+      },
+      verdict: 'allowed',
+    });
+  });
+  test('Deny with Audit denies and annotates; Warn with Audit warns and annotates', () => {
+    const both = admissionResponse('u1', { ...protect, actions: ['Deny', 'Audit'] }, denial);
+    assert.equal(both.response.allowed, false);
+    assert.ok(both.response.auditAnnotations?.validation_failure);
+    const warned = admissionResponse('u1', { ...protect, actions: ['Warn', 'Audit'] }, denial);
+    assert.equal(warned.response.allowed, true);
+    assert.deepEqual(warned.response.warnings, ['p would deny: no latest tag']);
+    assert.ok(warned.response.auditAnnotations?.validation_failure);
+  });
+  test('property: only Deny denies; Audit annotates exactly the failures; allowed requests carry neither', () => {
+    const actionSets = fc.constantFrom<PolicyAnswerContext['actions']>(
+      ['Deny'],
+      ['Warn'],
+      ['Audit'],
+      ['Deny', 'Audit'],
+      ['Warn', 'Audit'],
+      ['Audit', 'Deny'],
+    );
+    const outcome = fc.oneof(
+      fc.record({
+        kind: fc.constant('verdict' as const),
+        verdict: fc.record({ allowed: fc.boolean(), message: fc.string() }),
+      }),
+      fc.record({ kind: fc.constant('error' as const), message: fc.string() }),
+      fc.record({ kind: fc.constant('timeout' as const), ms: fc.nat() }),
+      fc.record({ kind: fc.constant('cost' as const), budget: fc.nat() }),
+      fc.record({ kind: fc.constant('unavailable' as const), message: fc.string() }),
+    );
+    fc.assert(
+      fc.property(
+        actionSets,
+        fc.constantFrom('Fail' as const, 'Ignore' as const),
+        outcome,
+        (actions, failurePolicy, o) => {
+          const { response } = admissionResponse('u', { ...protect, actions, failurePolicy }, o);
+          const failed = o.kind === 'verdict' ? !o.verdict.allowed : failurePolicy === 'Fail';
+          assert.equal(response.allowed, !(failed && actions.includes('Deny')));
+          assert.equal(
+            response.auditAnnotations !== undefined,
+            failed && actions.includes('Audit'),
+          );
+          if (response.auditAnnotations) {
+            const [entry] = JSON.parse(response.auditAnnotations.validation_failure!) as {
+              policy: string;
+            }[];
+            assert.equal(entry?.policy, 'p');
+          }
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+});
+
+describe('every validationActions set × every outcome', () => {
+  // What a failure does under each set: a failed validation, or an evaluation that gave no
+  // verdict under failurePolicy Fail (as the apiserver's ValidatingAdmissionPolicy).
+  const onFailure: Record<string, { allowed: boolean; warns: boolean; audits: boolean }> = {
+    Deny: { allowed: false, warns: false, audits: false },
+    Warn: { allowed: true, warns: true, audits: false },
+    Audit: { allowed: true, warns: false, audits: true },
+    'Deny,Audit': { allowed: false, warns: false, audits: true },
+    'Warn,Audit': { allowed: true, warns: true, audits: true },
+  };
+  const outcomes: {
+    name: string;
+    outcome: Parameters<typeof admissionResponse>[2];
+    /** A verdict is never an error to ignore; the other outcomes fail only under Fail. */
+    fails: (failurePolicy: 'Fail' | 'Ignore') => boolean;
+    label: (denies: boolean) => string;
+    code?: number;
+  }[] = [
+    {
+      name: 'a passed validation',
+      outcome: { kind: 'verdict', verdict: { allowed: true } },
+      fails: () => false,
+      label: () => 'allowed',
+    },
+    {
+      name: 'a match condition that excluded the request',
+      outcome: { kind: 'verdict', verdict: { allowed: true, skipped: true } },
+      fails: () => false,
+      label: () => 'allowed',
+    },
+    {
+      name: 'a failed validation',
+      outcome: { kind: 'verdict', verdict: { allowed: false, message: 'needs an owner' } },
+      fails: () => true,
+      label: (denies) => (denies ? 'denied' : 'allowed'),
+      code: 403,
+    },
+    ...(
+      [
+        ['an expression error', { kind: 'error', message: 'no such key: x' }, 'error'],
+        ['a timeout', { kind: 'timeout', ms: 100 }, 'timeout'],
+        ['a run past the cost budget', { kind: 'cost', budget: 1000 }, 'cost'],
+        ['a generation not loaded here', { kind: 'unavailable', message: 'not loaded' }, 'error'],
+      ] as const
+    ).map(([name, outcome, label]) => ({
+      name,
+      outcome,
+      fails: (failurePolicy: 'Fail' | 'Ignore') => failurePolicy === 'Fail',
+      label: () => label,
+      code: 500,
+    })),
+  ];
+  for (const [set, expected] of Object.entries(onFailure))
+    for (const o of outcomes)
+      for (const failurePolicy of ['Fail', 'Ignore'] as const) {
+        const actions = set.split(',') as PolicyAnswerContext['actions'];
+        const fails = o.fails(failurePolicy);
+        const what = !fails
+          ? 'admitted'
+          : [
+              expected.allowed ? 'admitted' : 'denied',
+              expected.warns && 'with a warning',
+              expected.audits && 'with an audit annotation',
+            ]
+              .filter(Boolean)
+              .join(' ');
+        test(`[${set}] × ${o.name}, failurePolicy ${failurePolicy}: ${what}`, () => {
+          const ctx = { ...protect, actions, failurePolicy };
+          const r = admissionResponse('u', ctx, o.outcome);
+          assert.equal(r.response.allowed, fails ? expected.allowed : true);
+          assert.equal(r.verdict, o.label(actions.includes('Deny')));
+          assert.equal(r.response.status?.code, fails && !expected.allowed ? o.code : undefined);
+          const wouldDeny = (r.response.warnings ?? []).filter((w) =>
+            w.startsWith('p would deny: '),
+          );
+          assert.equal(wouldDeny.length, fails && expected.warns ? 1 : 0);
+          assert.equal(r.response.auditAnnotations !== undefined, fails && expected.audits);
+          // Ignore admits what gave no verdict with rollcall's usual warning, whatever the set.
+          if (o.outcome.kind !== 'verdict' && failurePolicy === 'Ignore')
+            assert.match(r.response.warnings?.[0] ?? '', /\(failurePolicy Ignore: allowed\)$/);
+        });
+      }
+
+  test('the audit annotation names the message, policy, generation and actions, and stays bounded', () => {
+    const long = 'x'.repeat(100_000);
+    const r = admissionResponse(
+      'u',
+      { ...protect, actions: ['Warn', 'Audit'] },
+      { kind: 'verdict', verdict: { allowed: false, message: long } },
+    );
+    const annotations = r.response.auditAnnotations ?? {};
+    assert.deepEqual(Object.keys(annotations), ['validation_failure']);
+    // A qualified name's name part, as the apiserver checks an annotation key.
+    assert.match('validation_failure', /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/);
+    const value = annotations.validation_failure ?? '';
+    assert.ok(value.length < 5_000, `${value.length} characters`);
+    const [entry, ...rest] = JSON.parse(value) as Record<string, unknown>[];
+    assert.deepEqual(rest, []);
+    assert.deepEqual(
+      { ...entry, message: String(entry?.message).length },
+      { message: 4096, policy: 'p', generation: 2, validationActions: ['Warn', 'Audit'] },
+    );
+    assert.ok((r.response.warnings?.[0]?.length ?? 0) <= 512, 'the warning is bounded too');
   });
 });

@@ -20,6 +20,7 @@ test('verdicts', () => {
     allowed: boolean;
     message?: string;
     warning?: boolean;
+    audit?: boolean;
   }[] = [
     { name: 'sim://ok allows', policy: { module: 'sim://ok' }, allowed: true },
     {
@@ -35,10 +36,23 @@ test('verdicts', () => {
       message: 'denied by policy',
     },
     {
-      name: 'monitor mode only warns',
-      policy: { module: 'sim://deny?message=x', mode: 'monitor' },
+      name: 'Warn only warns',
+      policy: { module: 'sim://deny?message=x', actions: ['Warn'] },
       allowed: true,
       warning: true,
+    },
+    {
+      name: 'Audit admits, annotating the audit event',
+      policy: { module: 'sim://deny?message=x', actions: ['Audit'] },
+      allowed: true,
+      audit: true,
+    },
+    {
+      name: 'Deny with Audit denies and annotates',
+      policy: { module: 'sim://deny?message=x', actions: ['Deny', 'Audit'] },
+      allowed: false,
+      message: 'x',
+      audit: true,
     },
     {
       name: 'a real module is allowed',
@@ -52,6 +66,7 @@ test('verdicts', () => {
     assert.equal(r.allowed, c.allowed, c.name);
     assert.equal(r.status?.message, c.message, c.name);
     assert.equal((r.warnings?.length ?? 0) > 0, c.warning ?? false, c.name);
+    assert.equal(r.auditAnnotations !== undefined, c.audit ?? false, c.name);
   }
 });
 
@@ -101,7 +116,7 @@ test('answers an AdmissionReview over TLS, and 404 for an unknown policy', async
     assert.deepEqual(denied.body.response, {
       uid: 'abc',
       allowed: false,
-      status: { code: 403, message: 'nope' },
+      status: { code: 403, message: 'nope', reason: 'Forbidden' },
     });
     assert.equal((await post('/validate/strict', review)).code, 404, 'a path without generation');
     assert.equal((await post('/validate/unknown/1', review)).code, 404);
