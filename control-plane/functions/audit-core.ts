@@ -213,8 +213,10 @@ export function settleAudit(
   for (const policy of input.policies) {
     const all: Record<string, StoredResult> = { ...plan.kept.get(policy.name) };
     const before = input.previous?.get(policy.name);
+    let pending = 0;
     for (const [key, byPolicy] of judged) {
       const j = byPolicy.get(policy.name);
+      if (j?.verdict.retry) pending += 1;
       if (!j || j.verdict.retry) continue;
       const old = before?.results[key];
       const { result, message = '' } = j.verdict;
@@ -226,7 +228,7 @@ export function settleAudit(
       uid: policy.uid,
       generation: policy.generation,
       results: sortedRecord(all),
-      summary: summaryOf(policy, input, all),
+      summary: summaryOf(policy, input, all, pending),
     };
     results.set(policy.name, next);
     if (!isDeepStrictEqual(before, next)) saved.add(policy.name);
@@ -263,12 +265,14 @@ function summaryOf(
   policy: AuditedPolicy,
   input: AuditInput,
   results: Record<string, StoredResult>,
+  pending: number,
 ): NamespaceSummary {
   const all = Object.entries(results);
   return {
     uid: policy.uid,
     generation: policy.generation,
     seen: input.seen,
+    ...(pending > 0 && { pending }),
     checked: all.length,
     failing: all.filter(([, r]) => failing(r)).length,
     errors: all.filter(([, r]) => r[1] === 'error').length,

@@ -27,7 +27,8 @@ export interface SummaryInput {
 
 /**
  * The Policy's audit status. Only summaries of its served generation count; the pass is
- * complete once every namespace filed one and the watcher covers its resources.
+ * complete once every namespace filed one with nothing left to judge (`pending`), at its
+ * latest change count, and the watcher covers its resources.
  * `completedAt` is kept for the generation once set, so it says when the first full pass of it
  * ended (later changes are judged one object at a time).
  */
@@ -40,7 +41,7 @@ export function summarizeAudit(input: SummaryInput): PolicyAudit {
   const complete =
     input.covered &&
     current.length === input.namespaces.length &&
-    current.every(({ ns, s }) => s.seen >= (input.changes.get(ns) ?? 0));
+    current.every(({ ns, s }) => s.seen >= (input.changes.get(ns) ?? 0) && !s.pending);
   const completedAt =
     previous?.generation === policy.generation && previous.completedAt
       ? previous.completedAt

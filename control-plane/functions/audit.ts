@@ -32,6 +32,8 @@ import type { FunctionContext, ReconcileFunction, WatchEvent } from './types.ts'
 
 /** A batch a replica could not judge yet (not loaded there, or busy) is asked again after this. */
 const RETRY_DELAY_MS = 2000;
+/** A batch no replica took (none ready, 5xx) is asked again after this, without a backoff. */
+const UNAVAILABLE_DELAY_MS = 5000;
 /** A batch refused (403, 404: a setup to fix) is asked again after this. */
 const REFUSED_DELAY_MS = 60_000;
 
@@ -112,8 +114,11 @@ export const audit: ReconcileFunction = {
       .map((p) => `audit-summary/${p}`);
     if (summaries.length > 0) await ctx.enqueue(summaries);
     const verdicts = [...judged.values()].flatMap((m) => [...m.values()]);
+    // A failed batch's pairs carry no resourceVersion (judgePage).
+    const failed = verdicts.filter((j) => j.resourceVersion === '');
+    if (failed.some((j) => j.verdict.retry)) return requeueAfter(UNAVAILABLE_DELAY_MS);
     if (verdicts.some((j) => j.verdict.retry)) return requeueAfter(RETRY_DELAY_MS);
-    return verdicts.some((j) => j.resourceVersion === '') ? requeueAfter(REFUSED_DELAY_MS) : done();
+    return failed.length > 0 ? requeueAfter(REFUSED_DELAY_MS) : done();
   },
 };
 
@@ -162,6 +167,7 @@ async function judgeAll(
   ctx: FunctionContext,
 ): Promise<Map<string, Map<string, Judged>>> {
   const judged = new Map<string, Map<string, Judged>>();
+  const failed = new Map<string, AuditVerdict>();
   const serverOf = new Map(input.policies.map((p) => [p.name, p]));
   // By resource: the names to read and, per name, the Policies that judge it.
   const byResource = new Map<string, Map<string, string[]>>();
@@ -176,7 +182,7 @@ async function judgeAll(
     const resource = input.resources.get(id);
     if (!resource) continue;
     await api.read(resource, scope, new Set(names.keys()), (objects) =>
-      judgePage(resource, objects, names, serverOf, api, judged),
+      judgePage(resource, objects, names, serverOf, api, judged, failed),
     );
     ctx.log.debug({ resource: id, objects: names.size }, 'audit judged');
   }
@@ -185,7 +191,8 @@ async function judgeAll(
 
 /**
  * Judges one page of objects: each policy server gets its batches (auditBatches) one after
- * another, as a replica judges one batch at a time; the servers in parallel.
+ * another, as a replica judges one batch at a time; the servers in parallel. A server that
+ * failed a batch (`failed`, kept for the run) is sent no more of them.
  */
 async function judgePage(
   resource: AuditedResource,
@@ -194,25 +201,30 @@ async function judgePage(
   policies: ReadonlyMap<string, AuditedPolicy>,
   api: AuditApi,
   judged: Map<string, Map<string, Judged>>,
+  failed: Map<string, AuditVerdict>,
 ): Promise<void> {
   const batches = auditBatches(resource, objects, names, policies);
   await Promise.all(
     [...batches].map(async ([server, list]) => {
       for (const { request, keys, versions } of list) {
-        const answer = await api.judge(server, request).catch((err: unknown) => {
-          const code = statusCodeOf(err);
-          // Busy, unavailable or unreachable for now: the queue's backoff asks again.
-          if (code === undefined || code === 429 || code >= 500) throw err;
-          return refusal(server, code, err);
-        });
+        const answer = failed.has(server)
+          ? undefined
+          : await api.judge(server, request).catch((err: unknown) => {
+              failed.set(server, failure(server, err));
+              return undefined;
+            });
         request.items.forEach((item, i) => {
           const byPolicy = judged.get(keys[i]!) ?? new Map<string, Judged>();
           item.policies.forEach((p, j) => {
-            const verdict = 'refused' in answer ? answer.refused : answer.results[i]?.[j];
             byPolicy.set(request.policies[p]!.name, {
-              // A refusal is recorded at no resourceVersion, so the next run judges it again.
-              resourceVersion: 'refused' in answer ? '' : versions[i]!,
-              verdict: verdict ?? { result: 'error', message: 'no verdict in the answer' },
+              // A failure is recorded at no resourceVersion, so the next run judges it again.
+              resourceVersion: answer ? versions[i]! : '',
+              verdict: answer
+                ? (answer.results[i]?.[j] ?? {
+                    result: 'error',
+                    message: 'no verdict in the answer',
+                  })
+                : failed.get(server)!,
             });
           });
           judged.set(keys[i]!, byPolicy);
@@ -222,18 +234,28 @@ async function judgePage(
   );
 }
 
-/** A batch the apiserver or the policy server refused (4xx): an error result that says why. */
-function refusal(server: string, code: number, err: unknown): { refused: AuditVerdict } {
+/**
+ * A batch that failed, as a verdict on each of its pairs. Unavailable (no ready replica, a
+ * 5xx, 429, the network): `retry`, asked again soon without a growing backoff, so that the
+ * audit resumes as soon as the replicas are back. Refused (4xx: a setup to fix): an `error`
+ * result that says why, asked again every minute.
+ */
+function failure(server: string, err: unknown): AuditVerdict {
+  const code = statusCodeOf(err);
+  if (code === undefined || code === 429 || code >= 500)
+    return {
+      result: 'error',
+      message: `policy server ${server} is unavailable: ${errorText(err)}`,
+      retry: true,
+    };
   const hint =
     code === 403
       ? ' (a policy server started with --client-ca-file refuses the apiserver service proxy, ' +
         'which presents no client certificate: docs/policy-server.md#client-certificates)'
       : '';
   return {
-    refused: {
-      result: 'error',
-      message: `policy server ${server} refused the audit batch: ${errorText(err)}${hint}`,
-    },
+    result: 'error',
+    message: `policy server ${server} refused the audit batch: ${errorText(err)}${hint}`,
   };
 }
 
@@ -256,8 +278,9 @@ async function writeReports(
   for (const name of reported) {
     const r = results.get(name)!;
     const before = input.previous?.get(name);
-    if (resultsShown(r)) await api.apply(reportOf(byName.get(name)!, input, r));
-    else if (before && resultsShown(before)) await api.remove(kind, scope, reportName(name));
+    const shown = before !== undefined && resultsShown(before);
+    if (resultsShown(r)) await api.write(reportOf(byName.get(name)!, input, r), !shown);
+    else if (shown) await api.remove(kind, scope, reportName(name));
   }
   const gone = new Set(removed.map(reportName));
   if (input.previous === undefined) {

@@ -61,6 +61,8 @@ export interface NamespaceSummary {
   generation: number;
   /** The namespace's change count (`changes`) its run read the objects at. */
   seen: number;
+  /** Pairs its run could not judge yet (answered `retry`): the pass is not complete. */
+  pending?: number;
   checked: number;
   failing: number;
   errors: number;

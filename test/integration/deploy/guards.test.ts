@@ -593,14 +593,14 @@ describe("rollcall's accounts, with the tokens an attacker would hold, against g
       ).status === 0;
 
     for (const kind of ['Report', 'ClusterReport'] as const) {
-      test(`applies again and deletes rollcall's own ${kind}, as the audit does`, async () => {
+      test(`creates, applies again and deletes rollcall's own ${kind}, as the audit does`, async () => {
         const name = `rollcall-own-${run}`;
-        await as.reports.apply(openReport(kind, name, ours));
+        await as.reports.write(openReport(kind, name, ours), true);
         assert.equal(readReport(kind, name).summary.pass, 1);
         const changed = openReport(kind, name, ours);
         changed.summary = { ...changed.summary, pass: 0, fail: 1 };
         changed.results[0]!.result = 'fail';
-        await as.reports.apply(changed);
+        await as.reports.write(changed, false);
         assert.equal(readReport(kind, name).summary.fail, 1);
         await as.reports.remove(kind, kind === 'Report' ? ns : undefined, name);
         assert.equal(exists(kind, name), false);
@@ -610,7 +610,11 @@ describe("rollcall's accounts, with the tokens an attacker would hold, against g
       const takeovers: [what: string, attack: () => Promise<unknown>][] = [
         [
           "applies its own over it (the audit's server-side apply, forced)",
-          () => as.reports.apply(openReport(kind, FOREIGN, ours)),
+          () => as.reports.write(openReport(kind, FOREIGN, ours), false),
+        ],
+        [
+          'creates its own in its place (a create that finds it applies)',
+          () => as.reports.write(openReport(kind, FOREIGN, ours), true),
         ],
         ['deletes it', () => as.reports.remove(kind, namespace, FOREIGN)],
       ];
@@ -629,7 +633,7 @@ describe("rollcall's accounts, with the tokens an attacker would hold, against g
       test(`may not create a ${kind} without the label ${MANAGED_BY_LABEL}=${MANAGED_BY}`, async () => {
         const name = `unlabelled-${run}`;
         assertRefused(
-          await attempt(() => as.reports.apply(openReport(kind, name))),
+          await attempt(() => as.reports.write(openReport(kind, name), true)),
           /writes Reports labelled app\.kubernetes\.io\/managed-by=rollcall only/,
         );
         assert.equal(exists(kind, name), false);
