@@ -16,8 +16,8 @@ import {
   type AuditResponse,
   type AuditVerdict,
 } from '../api/audit.ts';
-import { REPORT_MESSAGE_MAX_CHARS } from '../api/constants.ts';
 import { judge, type AdmissionDeps } from './admission.ts';
+import { clip } from './lifecycle.ts';
 import { problemOf, type Outcome, type PolicyAnswerContext } from './verdict.ts';
 
 /** The time one batch may take by default; the pairs left then are answered `retry`. */
@@ -160,12 +160,12 @@ async function judgePair(
     judged = await judge(review, policy, generation, deps.admission);
   } catch (err) {
     // judge never throws; if it did, one pair errs rather than the batch.
-    return { result: 'error', message: bounded(`the evaluation failed: ${String(err)}`) };
+    return { result: 'error', message: clip(`the evaluation failed: ${String(err)}`) };
   } finally {
     slot.release();
   }
   if ('refused' in judged) {
-    const message = bounded(errorOf(judged.refused.body));
+    const message = clip(errorOf(judged.refused.body));
     // 404: the policy is not (yet) assigned here; this replica's watch may lag the worker's.
     return judged.refused.status === 404
       ? { result: 'error', message, retry: true }
@@ -178,12 +178,6 @@ async function judgePair(
 const errorOf = (body: unknown) =>
   typeof body === 'object' && body !== null && 'error' in body ? String(body.error) : 'refused';
 
-/** A message as a Report keeps it (REPORT_MESSAGE_MAX_CHARS). */
-const bounded = (message: string) =>
-  message.length <= REPORT_MESSAGE_MAX_CHARS
-    ? message
-    : `${message.slice(0, REPORT_MESSAGE_MAX_CHARS - 1)}…`;
-
 /**
  * The OpenReports result of one judged pair: `skip` when a match condition excluded the
  * object, `pass`, `fail` for a failed validation of a Policy that denies or audits, `warn` of
@@ -192,15 +186,15 @@ const bounded = (message: string) =>
  */
 export function verdictOf(ctx: PolicyAnswerContext, outcome: Outcome): AuditVerdict {
   if (outcome.kind === 'unavailable')
-    return { result: 'error', message: bounded(problemOf(ctx, outcome)), retry: true };
+    return { result: 'error', message: clip(problemOf(ctx, outcome)), retry: true };
   if (outcome.kind !== 'verdict')
-    return { result: 'error', message: bounded(problemOf(ctx, outcome)) };
+    return { result: 'error', message: clip(problemOf(ctx, outcome)) };
   const v = outcome.verdict;
   if (v.skipped) return { result: 'skip' };
   if (v.allowed) return { result: 'pass' };
   const message = v.message ?? `denied by policy ${ctx.policy} generation ${ctx.generation}`;
   const enforced = ctx.actions.includes('Deny') || ctx.actions.includes('Audit');
-  return { result: enforced ? 'fail' : 'warn', message: bounded(message) };
+  return { result: enforced ? 'fail' : 'warn', message: clip(message) };
 }
 
 /**

@@ -10,6 +10,7 @@
  */
 import type { ValidationAction } from '../api/v1alpha1.ts';
 import { formatCost } from './cel/budget.ts';
+import { clip } from './lifecycle.ts';
 
 /** The engine's verdict (`Verdict` of data-plane/cel). */
 export interface EngineVerdict {
@@ -158,13 +159,9 @@ const MAX_AUDIT_MESSAGE_CHARS = 4096;
 
 /** As ValidatingAdmissionPolicy's `validation_failure`: a JSON list of what failed. */
 function auditValue(ctx: PolicyAnswerContext, message: string): string {
-  const text =
-    message.length <= MAX_AUDIT_MESSAGE_CHARS
-      ? message
-      : `${message.slice(0, MAX_AUDIT_MESSAGE_CHARS - 1)}…`;
   return JSON.stringify([
     {
-      message: text,
+      message: clip(message, MAX_AUDIT_MESSAGE_CHARS),
       policy: ctx.policy,
       generation: ctx.generation,
       validationActions: ctx.actions,

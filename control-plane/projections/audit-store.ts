@@ -132,12 +132,18 @@ export class AuditStore {
     id: string,
     objects: ReadonlyMap<string, ReadonlyMap<string, AuditedObject>>,
   ): Promise<string[]> {
-    const namespaces = new Set([...(await this.namespaces()), ...objects.keys()]);
+    const namespaces = [...new Set([...(await this.namespaces()), ...objects.keys()])];
+    // Every namespace's fields in one round trip.
+    const read = this.redis.multi();
+    for (const ns of namespaces) read.hkeys(this.objectsKey(ns));
+    const replies = (await read.exec()) ?? [];
     const touched: string[] = [];
     const multi = this.redis.multi();
-    for (const ns of namespaces) {
+    for (const [i, ns] of namespaces.entries()) {
       const hash = this.objectsKey(ns);
-      const fields = await this.redis.hkeys(hash);
+      const [err, reply] = replies[i] ?? [];
+      if (err) throw err;
+      const fields = (reply ?? []) as string[];
       const stale = fields.filter(
         (f) => f.startsWith(`${id}/`) && !objects.get(ns)?.has(f.slice(id.length + 1)),
       );

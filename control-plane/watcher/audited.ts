@@ -65,6 +65,8 @@ export class AuditWatch {
   private pending: NodeJS.Timeout | undefined;
   private reconciling: Promise<void> = Promise.resolve();
   private stopped = false;
+  /** namespaces(), until the watches' stores change. */
+  private namespaceList: string[] | undefined;
   /** Policies (`<uid>/<generation>`) last written as covered. */
   private covered = new Map<string, string>();
 
@@ -99,12 +101,17 @@ export class AuditWatch {
     }, ms);
   }
 
-  /** The namespaces holding audited objects, from the watches' stores. */
+  /**
+   * The namespaces holding audited objects, from the watches' stores: computed again only
+   * after an object came, went or was relisted (every served Policy's event asks for them).
+   */
   namespaces(): string[] {
+    if (this.namespaceList) return this.namespaceList;
     const out = new Set<string>();
     for (const { reflector } of this.watched.values())
       for (const obj of reflector.list()) out.add(namespaceOf(obj));
-    return [...out];
+    this.namespaceList = [...out];
+    return this.namespaceList;
   }
 
   async stop(): Promise<void> {
@@ -148,6 +155,7 @@ export class AuditWatch {
     for (const [id, w] of this.watched) {
       if (wanted.has(id)) continue;
       this.watched.delete(id);
+      this.namespaceList = undefined;
       await w.reflector.stop();
       // Its objects leave the namespaces' projections; the runs drop their results.
       await this.serialized(async () =>
@@ -201,14 +209,16 @@ export class AuditWatch {
         onAdd: (obj) => this.changed(w, obj, true),
         onUpdate: (_old, obj) => this.changed(w, obj, true),
         onDelete: (obj) => this.changed(w, obj, false),
-        onSynced: (objects) =>
-          this.serialized(async () => {
+        onSynced: (objects) => {
+          this.namespaceList = undefined;
+          return this.serialized(async () => {
             this.o.noteWork?.(objects.length);
             const touched = await this.replace(w, objects);
             await this.writeResources();
             await this.writeCoverage();
             await this.enqueue(touched);
-          }),
+          });
+        },
       }),
     };
     this.watched.set(id, w);
@@ -216,6 +226,7 @@ export class AuditWatch {
   }
 
   private changed(w: Watched, obj: KubernetesObject, present: boolean): Promise<void> {
+    this.namespaceList = undefined;
     if (!w.reflector.hasSynced()) return Promise.resolve();
     const ns = namespaceOf(obj);
     const key = `${resourceId(w.resource)}/${obj.metadata?.name ?? ''}`;
