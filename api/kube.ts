@@ -31,6 +31,7 @@ export interface ObjectMeta {
   labels?: Record<string, string>;
   annotations?: Record<string, string>;
   ownerReferences?: OwnerReference[];
+  managedFields?: { manager?: string; subresource?: string }[];
 }
 
 /** The condition shape shared by metav1.Condition and the older per-kind conditions. */

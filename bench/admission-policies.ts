@@ -1,6 +1,11 @@
 // The admission benchmark's one policy, written once and applied twice: as rollcall Policy
 // `validations` and as a native ValidatingAdmissionPolicy, so both subjects evaluate exactly
 // the same six CEL expressions on exactly the same Pod.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseAllDocuments } from 'yaml';
+import { policyToVap } from '../cli/authoring/convert-to-vap.ts';
+import { repoRoot } from '../tooling/cluster/paths.ts';
 import { policyManifest } from '../test/support/manifests.ts';
 
 /** The six checks; the bench Pod passes all of them, so every request is allowed. */
@@ -44,23 +49,68 @@ const inNamespace = (namespace: string) => ({
   matchLabels: { 'kubernetes.io/metadata.name': namespace },
 });
 
-/** A Pod every check allows; `violating` breaks the :latest rule (to probe that a policy is live). */
+/**
+ * A Pod every check allows, of the six and of the restricted set; `violating` breaks the
+ * :latest rule and the privilege escalation control (to probe that a policy is live).
+ */
 export function benchPod(name: string, violating = false) {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: { name, labels: { app: 'bench' } },
     spec: {
-      securityContext: { runAsNonRoot: true, runAsUser: 1000 },
+      securityContext: {
+        runAsNonRoot: true,
+        runAsUser: 1000,
+        seccompProfile: { type: 'RuntimeDefault' },
+      },
       containers: [
         {
           name: 'app',
           image: violating ? 'registry.example/app:latest' : 'registry.example/app:1.0',
           resources: { limits: { cpu: '100m', memory: '64Mi' } },
+          securityContext: {
+            allowPrivilegeEscalation: violating,
+            capabilities: { drop: ['ALL'] },
+          },
         },
       ],
     },
   };
+}
+
+/** What the denial of the violating Pod by each set says early in its answer (openLoop keeps 300 characters). */
+export const denialOf = {
+  six: ':latest tag',
+  restricted: 'pss-restricted-privilege-escalation',
+} as const;
+export type PolicySet = keyof typeof denialOf;
+
+/**
+ * The policy library's Pod Security restricted set (its Baseline and Restricted files: one
+ * Policy per control), on `server`, each matching pods of `namespace` only.
+ */
+export function restrictedPolicies(server: string, namespace: string) {
+  return ['pod-security-baseline.yaml', 'pod-security-restricted.yaml'].flatMap((file) =>
+    parseAllDocuments(readFileSync(join(repoRoot, 'policies', file), 'utf8'))
+      .map(
+        (doc) => doc.toJS() as { metadata: { name: string }; spec: Record<string, unknown> } | null,
+      )
+      .filter((policy) => policy !== null)
+      .map((policy) => ({
+        ...policy,
+        spec: { ...policy.spec, policyServer: server, namespaceSelector: inNamespace(namespace) },
+      })),
+  );
+}
+
+/** The same set as ValidatingAdmissionPolicies and Bindings, as `rollcall convert --to vap` gives them. */
+export function restrictedNative(namespace: string) {
+  return restrictedPolicies('none', namespace).flatMap((policy) => {
+    const conversion = policyToVap(policy);
+    if (!conversion.ok) throw new Error(conversion.errors.join('; '));
+    return conversion.objects;
+  });
 }
 
 /** rollcall's side: one Policy on `server` that matches pods of `namespace` only. */

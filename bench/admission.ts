@@ -7,6 +7,7 @@
 // generator against an echo server (the generator's own floor). Requests are server-side
 // dry-run Pod creates: nothing is stored. The subjects take turns in short rounds, so a load
 // change on the machine hits them alike. Prints a table and the goal line; JSON in bench/out/.
+import type { V1ValidatingAdmissionPolicyBinding } from '@kubernetes/client-node';
 import type { Agent } from 'node:https';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -25,22 +26,35 @@ import {
   pooledAgent,
   summarize,
   type LoadOptions,
+  type LoadResult,
   type RawRun,
   type Target,
 } from './admission-load.ts';
 import { Breakdown, cpuSnapshot } from './admission-metrics.ts';
-import { admissionReview, benchPod, nativePolicy, rollcallPolicy } from './admission-policies.ts';
+import {
+  admissionReview,
+  benchPod,
+  denialOf,
+  nativePolicy,
+  restrictedNative,
+  restrictedPolicies,
+  rollcallPolicy,
+  type PolicySet,
+} from './admission-policies.ts';
 import { TunnelAgent } from './admission-tunnel.ts';
 import { sleep, startProcess } from './support.ts';
 
 const allSubjects = ['echo', 'none', 'native', 'rollcall', 'direct', 'rollcall-3'];
 const usage = `usage: npm run bench:admission [-- --quick] [-- --keep-cluster] [-- --rate=N]
-    [-- --seconds=N] [-- --subjects=LIST]
+    [-- --seconds=N] [-- --subjects=LIST] [-- --curve=RATES]
   --quick         shorter rounds, warm-ups and runs
   --keep-cluster  leave the bench's cluster (.rollcall/bench-admission) running afterwards
   --rate=N        requests per second of every subject (200)
   --seconds=N     measured seconds per subject (quick: 15, full: 60)
   --subjects=LIST of ${allSubjects.join(',')} (all)
+  --curve=RATES   then native, rollcall and rollcall-3 at each rate, with the six checks and with
+                  the library's Pod Security restricted set (full: 200,500,1000; quick: 200,500;
+                  none: skip)
 What a validating policy adds to a request at a fixed rate, open loop, on a local cluster of its
 own: rollcall's webhook (real policy-server processes) beside the same policy as a native
 ValidatingAdmissionPolicy. Prints a table; JSON in bench/out/.`;
@@ -55,9 +69,21 @@ const warmupSeconds = quick ? 3 : 10;
 const leadInSeconds = 1;
 const wanted = new Set((flag('subjects') ?? allSubjects.join(',')).split(','));
 const goalMarginMs = 5;
+/** The curve's rates, its measured seconds per point, and the p99 it reports crossing. */
+const curveFlag = flag('curve') ?? (quick ? '200,500' : '200,500,1000');
+const curveRates = curveFlag === 'none' ? [] : curveFlag.split(',').map(Number);
+const curveSeconds = quick ? 10 : 20;
+const curveWarmupSeconds = quick ? 3 : 5;
+const curveLimitMs = 50;
 const requestTimeoutMs = 10_000;
 
-const ns = { none: 'adm-none', native: 'adm-native', rollcall: 'adm-rollcall' } as const;
+const ns = {
+  none: 'adm-none',
+  native: 'adm-native',
+  rollcall: 'adm-rollcall',
+  nativeRestricted: 'adm-native-pss',
+  rollcallRestricted: 'adm-rollcall-pss',
+} as const;
 const serverName = 'adm';
 const policyName = 'adm-six';
 const log = (line: string) =>
@@ -78,19 +104,21 @@ const podCreate = (namespace: string) => () => ({
   body: JSON.stringify(benchPod(`bench-${++seq}`)),
 });
 
-/** Probes until a Pod that breaks the :latest rule is denied with that rule's message. */
-const untilDenies = (namespace: string, what: string) =>
+/** Probes until a violating Pod is denied with the message of `set`. */
+const untilDenies = (namespace: string, what: string, set: PolicySet = 'six') =>
   bench.untilDenied(
     apiAgent,
     () => ({ path: podPath(namespace), body: JSON.stringify(benchPod(`probe-${++seq}`, true)) }),
-    ':latest tag',
-    `${what} (a :latest Pod in ${namespace})`,
+    denialOf[set],
+    `${what} (a violating Pod in ${namespace})`,
   );
 
 // ---------------------------------------------------------------- subjects and rounds
 
 interface Subject {
   name: string;
+  /** Requests per second. */
+  rate: number;
   target: Target;
   agent: Agent;
   namespace: string;
@@ -111,6 +139,7 @@ const subject = (
   policyServers = false,
 ): Subject => ({
   name,
+  rate,
   target,
   agent,
   namespace,
@@ -134,8 +163,8 @@ const cpuNow = () =>
   });
 
 const loadOpts = (s: Subject, secs: number) => ({
-  rate,
-  count: Math.round(rate * secs),
+  rate: s.rate,
+  count: Math.round(s.rate * secs),
   timeoutMs: requestTimeoutMs,
   okStatus: s.okStatus,
   request: s.request,
@@ -156,14 +185,14 @@ async function round(s: Subject): Promise<void> {
   s.breakdown.add(run.sent, cpuBefore, cpuAfter, apiBefore, apiAfter, serversBefore, serversAfter);
 }
 
-/** Warms every subject up, then runs rounds in rotating order until each has `seconds`. */
-async function block(subjects: Subject[]): Promise<void> {
+/** Warms every subject up, then runs rounds in rotating order until each has `secs`. */
+async function block(subjects: Subject[], secs = seconds, warmup = warmupSeconds): Promise<void> {
   if (subjects.length === 0) return;
   for (const s of subjects) {
-    log(`${s.name}: ${warmupSeconds} s warm-up at ${rate}/s`);
-    await openLoop(s.target, s.agent, loadOpts(s, warmupSeconds));
+    log(`${s.name}: ${warmup} s warm-up at ${s.rate}/s`);
+    await openLoop(s.target, s.agent, loadOpts(s, warmup));
   }
-  const rounds = Math.ceil(seconds / roundSeconds);
+  const rounds = Math.ceil(secs / roundSeconds);
   for (let i = 0; i < rounds; i++) {
     log(`round ${i + 1}/${rounds}: ${subjects.map((s) => s.name).join(', ')}`);
     for (let j = 0; j < subjects.length; j++) await round(subjects[(i + j) % subjects.length]!);
@@ -285,6 +314,73 @@ async function directToServer(): Promise<Subject[]> {
   ];
 }
 
+// ---------------------------------------------------------------- the curve
+
+/** One point of the curve: a subject at a rate, beside the other subject of its pair. */
+interface CurvePoint {
+  set: PolicySet;
+  /** rollcall's replicas in the pair this point was measured in. */
+  replicas: number;
+  subject: string;
+  rate: number;
+  figures: LoadResult;
+}
+const curve: CurvePoint[] = [];
+const namespaces = {
+  six: { native: ns.native, rollcall: ns.rollcall },
+  restricted: { native: ns.nativeRestricted, rollcall: ns.rollcallRestricted },
+};
+const restrictedNames = restrictedPolicies(serverName, ns.rollcallRestricted).map(
+  (p) => p.metadata.name,
+);
+
+/** The restricted set, natively and on rollcall's server, each in a namespace of its own. */
+async function startRestricted(): Promise<void> {
+  for (const body of restrictedNative(ns.nativeRestricted))
+    await bench.created(
+      body.kind === 'ValidatingAdmissionPolicy'
+        ? bench.admission.createValidatingAdmissionPolicy({ body })
+        : bench.admission.createValidatingAdmissionPolicyBinding({
+            body: body as unknown as V1ValidatingAdmissionPolicyBinding,
+          }),
+    );
+  await untilDenies(ns.nativeRestricted, 'the restricted set, natively', 'restricted');
+  for (const body of restrictedPolicies(serverName, ns.rollcallRestricted))
+    await bench.createPolicy(body);
+}
+
+/**
+ * Native beside rollcall at `replicas`, for each set at each rate, in rounds. A rate past a
+ * subject's saturation leaves a backlog, so the pair's rounds alternate as elsewhere.
+ */
+async function curveAt(replicas: number): Promise<void> {
+  await bench.patchPolicyServer(serverName, { replicas });
+  for (const name of [policyName, ...restrictedNames]) await bench.untilPolicyReady(name, replicas);
+  await bench.untilPolicyServers(replicas);
+  await untilDenies(ns.rollcall, "rollcall's webhook");
+  await untilDenies(ns.rollcallRestricted, "rollcall's restricted set", 'restricted');
+  for (const set of ['six', 'restricted'] as const) {
+    /** A subject that lost most requests at a rate is past saturation: higher rates skip it. */
+    const saturated = new Set<string>();
+    for (const r of curveRates) {
+      const pair = [
+        { ...subject('native', namespaces[set].native), rate: r },
+        {
+          ...subject(`rollcall-${replicas}`, namespaces[set].rollcall, apiserver, apiAgent, true),
+          rate: r,
+        },
+      ].filter((s) => !saturated.has(s.name));
+      log(`curve: ${set}, ${replicas} replica(s), ${r}/s: ${pair.map((s) => s.name).join(', ')}`);
+      await block(pair, curveSeconds, curveWarmupSeconds);
+      for (const s of pair) {
+        const figures = summarize(r, s.runs);
+        curve.push({ set, replicas, subject: s.name, rate: r, figures });
+        if (figures.ok < figures.sent / 2) saturated.add(s.name);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- the run
 
 const failures: Record<string, string> = {};
@@ -329,6 +425,11 @@ try {
       await block([...again, s]);
       measured.push(...again, s);
     }
+  }
+  if (curveRates.length && native && !failures.rollcall) {
+    await attempt('curve', startRestricted);
+    for (const replicas of [1, 3])
+      if (!failures.curve) await attempt('curve', () => curveAt(replicas));
   }
   report();
 } finally {
@@ -382,6 +483,7 @@ function report(): void {
       `goal: ${mine} p99 ≤ ${theirs} p99 + ${goalMarginMs} ms at ${rate}/s: ${over <= 0 ? 'met' : `missed by ${over.toFixed(1)} ms`} (${fmt(a.latency.p99)} vs ${fmt(b.latency.p99)} ms)`,
     );
   }
+  goals.push(...curveGoals());
   for (const g of goals) console.log(g);
 
   console.log('\nwhere the time goes (means over the measured rounds, from /metrics):');
@@ -403,5 +505,78 @@ function report(): void {
     goals,
     failures,
     breakdown,
+    curve,
   });
+}
+
+/** The curve as a table, then the rate at which each subject's p99 passes the limit. */
+function printCurve(): void {
+  if (!curve.length) return;
+  console.log(
+    `\nthe curve: native beside rollcall at 1 and 3 replicas; six: the six checks (1 Policy), restricted: the library's Pod Security restricted set (${restrictedNames.length} Policies); ${curveSeconds} s per point in ${roundSeconds} s rounds after ${curveWarmupSeconds} s warm-up`,
+  );
+  const fmt = (n: number) => (Number.isFinite(n) ? n.toFixed(1) : '-');
+  printColumns([
+    ['set', 'pair', 'subject', 'rate/s', 'sent', 'ok', 'errors', 'p50', 'p99', 'max', 'lag p99'],
+    ...curve.map(({ set, replicas, subject, rate: r, figures: f }) => [
+      set,
+      `${replicas} replica${replicas === 1 ? '' : 's'}`,
+      subject,
+      String(r),
+      String(f.sent),
+      String(f.ok),
+      String(errorCount(f)),
+      fmt(f.latency.p50),
+      fmt(f.latency.p99),
+      fmt(f.latency.max),
+      fmt(f.lag.p99),
+    ]),
+  ]);
+  for (const set of ['six', 'restricted'] as const)
+    for (const replicas of [1, 3])
+      for (const name of ['native', `rollcall-${replicas}`]) {
+        const points = curve.filter(
+          (p) => p.set === set && p.replicas === replicas && p.subject === name,
+        );
+        if (!points.length) continue;
+        const over = points.find((p) => !holds(p.figures));
+        const where = over
+          ? `at ${over.rate}/s (p99 ${fmt(over.figures.latency.p99)} ms, ${errorCount(over.figures)} errors)`
+          : `not up to ${points.at(-1)!.rate}/s`;
+        console.log(
+          `${set}, ${name}${name === 'native' ? ` (beside ${replicas} replica${replicas === 1 ? '' : 's'})` : ''}: p99 passes ${curveLimitMs} ms or errors begin ${where}`,
+        );
+      }
+}
+
+function errorCount(f: LoadResult): number {
+  return Object.values(f.errors).reduce((a, b) => a + b, 0);
+}
+
+/** Below saturation: p99 within the limit and every request answered. */
+function holds(f: LoadResult): boolean {
+  return f.latency.p99 <= curveLimitMs && errorCount(f) === 0;
+}
+
+/** Issue 39's goal: wherever native holds, rollcall-3 within native p99 + 5 ms and no errors. */
+function curveGoals(): string[] {
+  printCurve();
+  const goals: string[] = [];
+  for (const set of ['six', 'restricted'] as const)
+    for (const r of curveRates) {
+      const at = (name: string) =>
+        curve.find((p) => p.set === set && p.replicas === 3 && p.rate === r && p.subject === name);
+      const [mine, theirs] = [at('rollcall-3'), at('native')];
+      if (!theirs || !holds(theirs.figures)) continue;
+      if (!mine) {
+        goals.push(`goal: ${set}, rollcall-3 at ${r}/s: missed (saturated at a lower rate)`);
+        continue;
+      }
+      const over = mine.figures.latency.p99 - (theirs.figures.latency.p99 + goalMarginMs);
+      const errors = errorCount(mine.figures);
+      goals.push(
+        `goal: ${set}, rollcall-3 p99 ≤ native p99 + ${goalMarginMs} ms and no errors at ${r}/s: ${over <= 0 && errors === 0 ? 'met' : `missed${over > 0 ? ` by ${over.toFixed(1)} ms` : ''}${errors ? `, ${errors} errors` : ''}`} (${mine.figures.latency.p99.toFixed(1)} vs ${theirs.figures.latency.p99.toFixed(1)} ms)`,
+      );
+    }
+  return goals;
 }

@@ -26,7 +26,20 @@ export interface LatencyFloor {
   p50: number;
   p99: number;
   /** The same, each status write sent once a watch of the pod shows its report. */
-  watched: { flips: number; p50: number; p99: number };
+  watched: { flips: number; p50: number; p99: number; segments: FloorSegments };
+}
+
+/**
+ * Means of the watched flips' parts (ms): the report write, its delivery by the pod watch,
+ * the status write, and its delivery by the Policy watch. A controller pays all but the
+ * status write (its own write stage) on top of its own work: the latency breakdown subtracts
+ * them before it calls anything unexplained.
+ */
+export interface FloorSegments {
+  reportWrite: number;
+  podWatch: number;
+  statusWrite: number;
+  policyWatch: number;
 }
 
 /** rollcall's writer, through the bench's counting proxy. */
@@ -77,6 +90,7 @@ export async function latencyFloor(bench: Bench): Promise<LatencyFloor> {
   const podWatch = await watchReport(bench.kc, pod!);
   const direct: number[] = [];
   const watched: number[] = [];
+  const segments: FloorSegments[] = [];
   try {
     for (let i = 0; i < 2 * bench.size.flips; i++) {
       const throughWatch = ((i >> 1) & 1) === 1;
@@ -93,10 +107,20 @@ export async function latencyFloor(bench: Bench): Promise<LatencyFloor> {
       };
       const t0 = performance.now();
       await bench.writeReport(pod!, json);
+      const written = performance.now();
       if (throughWatch) await podWatch.until(json, `floor flip ${i}: the pod watch`);
+      const delivered = performance.now();
       await writer.patchStatus('policies', target, status, undefined);
+      const statusWritten = performance.now();
       await recorder.until(shown, 60_000, `floor flip ${i} of ${target}`);
       (throughWatch ? watched : direct).push(seenAt - t0);
+      if (throughWatch)
+        segments.push({
+          reportWrite: written - t0,
+          podWatch: delivered - written,
+          statusWrite: statusWritten - delivered,
+          policyWatch: seenAt - statusWritten,
+        });
     }
   } finally {
     podWatch.stop();
@@ -105,7 +129,20 @@ export async function latencyFloor(bench: Bench): Promise<LatencyFloor> {
     samples.sort((a, b) => a - b);
     return { flips: samples.length, p50: percentile(samples, 50), p99: percentile(samples, 99) };
   };
-  return { ...figures(direct), watched: figures(watched) };
+  const mean = (part: keyof FloorSegments) =>
+    segments.reduce((n, s) => n + s[part], 0) / segments.length;
+  return {
+    ...figures(direct),
+    watched: {
+      ...figures(watched),
+      segments: {
+        reportWrite: mean('reportWrite'),
+        podWatch: mean('podWatch'),
+        statusWrite: mean('statusWrite'),
+        policyWatch: mean('policyWatch'),
+      },
+    },
+  };
 }
 
 /** A watch of one pod's report annotation, from the bench's own connection. */

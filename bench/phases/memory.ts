@@ -1,12 +1,23 @@
 // Phase 6, memory: the RSS of an idle watcher and worker, then with `memPods` bare
-// policy-server pods and `memPolicies` policies; then, on the same objects, the
-// controller-runtime peer (its informer cache holds every watched object) and the poller's
-// peak, which holds every object of a pass in memory.
+// policy-server pods and `memPolicies` policies; then, on the same objects, `rollcall run` (all
+// in one process) with a Redis of its own, the controller-runtime peer (its informer cache
+// holds every watched object) and the poller's peak, which holds every object of a pass in
+// memory.
 import { POLICY_SERVER_LABEL, REPORT_ANNOTATION } from '../../api/constants.ts';
 import { metric } from '../../test/support/prom-text.ts';
 import { group, namespace, policyBody, queueIdle, version, type Bench } from '../context.ts';
 import { startPeer } from '../subjects.ts';
-import { pool, rssSampler, sleep, startProcess, waitHttpOk, type Proc } from '../support.ts';
+import { join } from 'node:path';
+import { startRedis } from '../../tooling/cluster/redis.ts';
+import {
+  benchDir,
+  pool,
+  rssSampler,
+  sleep,
+  startProcess,
+  waitHttpOk,
+  type Proc,
+} from '../support.ts';
 
 export interface Memory {
   pods: number;
@@ -18,6 +29,8 @@ export interface Memory {
     workerMiB: number;
     workerPeakMiB: number;
   };
+  /** `rollcall run` and its own Redis once idle, and their sum's peak from the start. */
+  allInOne: { runMiB: number; redisMiB: number; peakMiB: number };
   /** The peer once synced and idle, and its peak from start. */
   peerMiB: number;
   peerPeakMiB: number;
@@ -82,6 +95,7 @@ export async function memory(bench: Bench): Promise<Memory> {
     workerPeakMiB: workerPeak.stop(),
   };
   await bench.stopAll([watcher, worker!]);
+  const allInOne = await runWithRedis(bench);
 
   // The peer: from its start (the initial list fills its cache) until its queue is empty.
   let peer: Proc | undefined;
@@ -107,8 +121,36 @@ export async function memory(bench: Bench): Promise<Memory> {
     policies: size.memPolicies + bench.latNames.length + bench.stormNames.length,
     idle,
     loaded,
+    allInOne,
     peerMiB,
     peerPeakMiB,
     pollerPeakMiB,
   };
+}
+
+/**
+ * `rollcall run` on an empty Redis of its own, from its start (its lists fill the projections,
+ * then a run per Policy) until its queue is idle: what a single-process install costs.
+ */
+async function runWithRedis(bench: Bench): Promise<Memory['allInOne']> {
+  const redis = await startRedis({ dir: join(benchDir, 'redis-memory') });
+  let run: Proc | undefined;
+  const peak = rssSampler(() => [run?.child.pid, redis.pid]);
+  try {
+    run = await bench.startRole('run-mem', 'run', `${redis.url}/0`);
+    await waitHttpOk(run.port, '/readyz');
+    await sleep(2000);
+    while (!(await queueIdle(run.port))) await sleep(200);
+    await sleep(2000);
+    const pid = run.child.pid;
+    return {
+      runMiB: rssSampler(() => [pid]).stop(),
+      redisMiB: rssSampler(() => [redis.pid]).stop(),
+      peakMiB: peak.stop(),
+    };
+  } finally {
+    peak.stop();
+    if (run) await bench.stopAll([run]);
+    await redis.stop();
+  }
 }

@@ -114,6 +114,8 @@ export class KubeWriter {
             version: VERSION,
             plural,
             name,
+            // Named, so that the watcher tells rollcall's status writes from others' (project.ts).
+            fieldManager: FIELD_MANAGER,
             body: {
               ...(resourceVersion === undefined ? {} : { metadata: { resourceVersion } }),
               status: { ...removed, ...status },

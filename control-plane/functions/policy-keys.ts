@@ -49,6 +49,29 @@ export function reportOnlyChange(old: unknown, now: unknown): string[] | undefin
 /** The object's own name: a Policy's keys for a Policy, a server's for a PolicyServer. */
 export const ownName = (event: WatchEvent): (string | undefined)[] => [nameOf(event.object)];
 
+/** True when an update changed nothing of the object but its status. */
+export function statusOnlyChange(event: WatchEvent): boolean {
+  if (event.type !== 'modified' || !event.old) return false;
+  const rest = ({ metadata, spec }: WatchEvent['object']) =>
+    JSON.stringify([{ ...metadata, resourceVersion: undefined }, spec]);
+  return rest(event.old) === rest(event.object);
+}
+
+/**
+ * A Policy's own name, unless the event only shows a status that rollcall itself wrote
+ * (`statusByOthers`, project.ts): the run that wrote it had read all it shows, and a run
+ * whose write found the Policy changed runs again (policy.ts). A status someone else wrote
+ * is put right. Each status write used to cost one more run that found nothing to do.
+ */
+export const ownNameUnlessOwnStatus = (event: WatchEvent): (string | undefined)[] =>
+  statusOnlyChange(event) && !(event.object as { statusByOthers?: boolean }).statusByOthers
+    ? []
+    : ownName(event);
+
+/** A Policy's own name, unless only its status changed: functions that never read it. */
+export const ownNameUnlessStatusOnly = (event: WatchEvent): (string | undefined)[] =>
+  statusOnlyChange(event) ? [] : ownName(event);
+
 /**
  * A webhook configuration's Policy, by label: the webhook's served generation shows in the
  * Policy's status, and an edited or deleted webhook is put back.

@@ -7,7 +7,7 @@ import { done, requeueAfter, terminal, type Outcome } from '../queue/index.ts';
 import { computePolicy, type PolicyDecision } from './policy-core.ts';
 import {
   notSyncedDelayMs,
-  ownName,
+  ownNameUnlessOwnStatus,
   policiesOfReportChange,
   policyOfWebhook,
 } from './policy-keys.ts';
@@ -15,11 +15,16 @@ import { POLICY_SERVER_RESOURCE_PREFIX } from './policyserver-core.ts';
 import { servedGenerationOf, webhookLags } from './webhook-core.ts';
 import type { FunctionContext, ReconcileFunction } from './types.ts';
 
+/** How long a run whose status write was refused waits for the watcher to catch up. */
+export const rereadDelayMs = 100;
+/** How long progress waits while writes are congested (a new event runs it at once). */
+export const progressDelayMs = 1000;
+
 export const policy: ReconcileFunction = {
   name: 'policy',
 
   watches: [
-    { kind: 'Policy', names: ownName },
+    { kind: 'Policy', names: ownNameUnlessOwnStatus },
     { kind: 'Pod', names: policiesOfReportChange },
     { kind: 'ValidatingWebhookConfiguration', names: policyOfWebhook },
     // Read with the Policy (`policyView`); their changes reach it through the fan-out.
@@ -48,6 +53,10 @@ export const policy: ReconcileFunction = {
     // Report changes enqueue this function only (webhook.ts): the webhook runs when it must move.
     if (webhookLags(decision.webhook, view.webhook, policy)) await ctx.enqueue([`webhook/${name}`]);
     if (isDeepStrictEqual(decision.status, policy.status)) return done();
+    // Adaptive coalescing: while the API server is the bottleneck, progress waits and a later
+    // run writes fresher progress or the end state; Ready and Stalled are never held back.
+    if (decision.status.summary === 'Reconciling' && ctx.writesCongested())
+      return requeueAfter(progressDelayMs);
     return ctx.timed('write', () => write(name, policy, decision, ctx));
   },
 };
@@ -60,8 +69,10 @@ async function write(
   ctx: FunctionContext,
 ): Promise<Outcome> {
   // Conditional on the version read: a projection that lags behind the last write would
-  // otherwise repeat that write's Events.
-  if (!(await ctx.kube.patchStatus('policies', name, decision.status, policy))) return done();
+  // otherwise repeat that write's Events. Refused, it runs again on a newer read: the change
+  // it ran into may be only a status of rollcall's, which enqueues nothing (policy-keys.ts).
+  if (!(await ctx.kube.patchStatus('policies', name, decision.status, policy)))
+    return requeueAfter(rereadDelayMs);
   ctx.log.info(
     { summary: decision.status.summary, ready: decision.status.ready },
     'policy status written',

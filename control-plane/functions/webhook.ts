@@ -4,7 +4,12 @@
 import type { Policy, PolicyServer } from '../../api/v1alpha1.ts';
 import { done, requeueAfter, retry, terminal } from '../queue/index.ts';
 import { computePolicy } from './policy-core.ts';
-import { notSyncedDelayMs, ownName, policyOfWebhook, serversOfSecret } from './policy-keys.ts';
+import {
+  notSyncedDelayMs,
+  ownNameUnlessStatusOnly,
+  policyOfWebhook,
+  serversOfSecret,
+} from './policy-keys.ts';
 import { POLICY_SERVER_RESOURCE_PREFIX } from './policyserver-core.ts';
 import { planRevisions } from './revision-core.ts';
 import type { FunctionContext, ReconcileFunction } from './types.ts';
@@ -18,7 +23,8 @@ export const webhook: ReconcileFunction = {
   // readiness it computes moves the webhook (`webhookLags`), so the many report changes that
   // do not cost no webhook run.
   watches: [
-    { kind: 'Policy', names: ownName },
+    // Its status is the policy function's: the webhook never reads it.
+    { kind: 'Policy', names: ownNameUnlessStatusOnly },
     // Someone edited or deleted it.
     { kind: 'ValidatingWebhookConfiguration', names: policyOfWebhook },
     // A Secret the CA of a server's webhooks comes from.

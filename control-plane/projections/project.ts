@@ -3,6 +3,7 @@
 // Which kinds are projected, and under which names, is the registry's (control-plane/registry.ts).
 import {
   APPLIED_HASH_ANNOTATION,
+  FIELD_MANAGER,
   POLICY_SERVER_LABEL,
   REPORT_ANNOTATION,
 } from '../../api/constants.ts';
@@ -43,6 +44,16 @@ function meta(m: ObjectMeta | undefined, annotations?: string[]): ObjectMeta {
   };
 }
 
+/**
+ * True when a manager other than rollcall owns a field of the status (its managedFields): a
+ * status rollcall did not write all of, which its policy function must look at again.
+ */
+function statusByOthers(m: ObjectMeta | undefined): boolean {
+  return (m?.managedFields ?? []).some(
+    (f) => f.subresource === 'status' && f.manager !== FIELD_MANAGER,
+  );
+}
+
 /** apiVersion and kind per projection (the registry's): list responses leave them out of their items. */
 const typeMeta = Object.fromEntries(
   Object.entries(WATCHED_KINDS).map(([kind, { apiVersion, projection }]) => [
@@ -68,8 +79,14 @@ export function projectPod(pod: KubeObject): ProjectedPod {
 function compactBody(kind: ProjectedKind, obj: KubeObject): object {
   switch (kind) {
     case 'policy':
+      // Parsed with its zod schema when read (which drops `statusByOthers`): kept whole.
+      return {
+        metadata: meta(obj.metadata),
+        spec: obj.spec,
+        status: obj.status,
+        statusByOthers: statusByOthers(obj.metadata),
+      };
     case 'policyserver':
-      // Parsed with their zod schemas when read: kept whole.
       return { metadata: meta(obj.metadata), spec: obj.spec, status: obj.status };
     case 'deployment': {
       const { spec, status } = obj as Deployment;

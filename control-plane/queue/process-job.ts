@@ -21,6 +21,8 @@ export interface HandlerContext {
   failures: number;
   /** Every write to the Kubernetes API goes through it: the shared pause, rate limit and window. */
   writeGate: WriteGate;
+  /** True while the API server is slow to take this worker's writes (rate-limiter.ts). */
+  writesCongested(): boolean;
   /** Aborted when shutdown's grace period runs out; the job will run again elsewhere. */
   signal: AbortSignal;
 }
@@ -103,6 +105,7 @@ export function jobProcessor(
       log,
       failures,
       writeGate: (write) => limiter.write(write, opts.signal),
+      writesCongested: () => limiter.congested,
       signal: opts.signal,
     };
     try {

@@ -105,3 +105,30 @@ test('a write answered 429 narrows the window of writes in flight; other errors 
     await redis.quit();
   }
 });
+
+test('writes count as congested only while several are in flight and slow', async () => {
+  const redis = new Redis(redisUrl());
+  const limiter = new WriteRateLimiter(redis, { key: `${uniquePrefix('congested')}:writes` });
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  try {
+    // Fast writes, many at once: not congested.
+    await Promise.all(Array.from({ length: 8 }, () => limiter.write(() => sleep(1))));
+    let during = await Promise.all([
+      ...Array.from({ length: 7 }, () => limiter.write(() => sleep(5))),
+      sleep(3).then(() => limiter.congested),
+    ]);
+    assert.equal(during.at(-1), false, 'fast writes');
+    // Slow writes, one at a time: not congested either.
+    for (let i = 0; i < 10; i++) await limiter.write(() => sleep(40));
+    assert.equal(limiter.congested, false, 'one slow write in flight');
+    // Slow writes, several at once: congested while they last, and not once they are done.
+    during = await Promise.all([
+      ...Array.from({ length: 6 }, () => limiter.write(() => sleep(60))),
+      sleep(20).then(() => limiter.congested),
+    ]);
+    assert.equal(during.at(-1), true, 'six slow writes in flight');
+    assert.equal(limiter.congested, false, 'none in flight');
+  } finally {
+    await redis.quit();
+  }
+});

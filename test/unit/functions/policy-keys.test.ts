@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import fc from 'fast-check';
 import { policy } from '../../../control-plane/functions/policy.ts';
 import { fanOut } from '../../../control-plane/functions/fan-out.ts';
 import { webhook } from '../../../control-plane/functions/webhook.ts';
@@ -9,7 +10,7 @@ import type {
   ReconcileFunction,
   WatchEvent,
 } from '../../../control-plane/functions/types.ts';
-import { projectPod } from '../../../control-plane/projections/project.ts';
+import { compact, projectPod } from '../../../control-plane/projections/project.ts';
 import { keysFor } from '../../../control-plane/registry.ts';
 
 const report = (entries: Record<string, unknown>) => JSON.stringify(entries);
@@ -157,5 +158,84 @@ describe('the policy function maps pod events to keys', () => {
       object: { metadata: { name: 'a' } },
     };
     for (const e of [added, rs, ps]) assert.deepEqual(keysOf(fanOut, e, index), ['fan-out/a']);
+  });
+});
+
+describe("a Policy's status write enqueues no run of rollcall's own", () => {
+  const index = { policiesOfServer: () => [] };
+  /** A Policy as the watcher's informer holds it, with the managers of its status. */
+  const aPolicyWith = (
+    statusManagers: string[],
+    { generation = 1, label = 'x', ready = '1/3' } = {},
+  ) =>
+    compact('policy', {
+      apiVersion: 'rollcall.dev/v1alpha1',
+      kind: 'Policy',
+      metadata: {
+        name: 'p1',
+        generation,
+        resourceVersion: String(Math.random()),
+        labels: { team: label },
+        managedFields: [
+          { manager: 'kubectl', operation: 'Apply' },
+          ...statusManagers.map((manager) => ({ manager, subresource: 'status' })),
+        ],
+      },
+      spec: { policyServer: 'a' },
+      status: { ready },
+    } as never) as WatchEvent['object'];
+  const modified = (old: WatchEvent['object'], object: WatchEvent['object']): WatchEvent => ({
+    kind: 'Policy',
+    type: 'modified',
+    old,
+    object,
+  });
+  const keys = (event: WatchEvent) => ({
+    policy: keysOf(policy, event, index),
+    webhook: keysOf(webhook, event, index),
+  });
+
+  test("rollcall's own status write: no policy run, no webhook run", () => {
+    const event = modified(aPolicyWith(['rollcall']), aPolicyWith(['rollcall'], { ready: '2/3' }));
+    assert.deepEqual(keys(event), { policy: [], webhook: [] });
+  });
+
+  test('a status someone else wrote: the policy function puts it right; the webhook never reads it', () => {
+    const event = modified(
+      aPolicyWith(['rollcall']),
+      aPolicyWith(['rollcall', 'kubectl-edit'], { ready: '99/99' }),
+    );
+    assert.deepEqual(keys(event), { policy: ['policy/p1'], webhook: [] });
+  });
+
+  test('a new generation, a label, a resync or a create run both', () => {
+    const old = aPolicyWith(['rollcall']);
+    for (const event of [
+      modified(old, aPolicyWith(['rollcall'], { generation: 2 })),
+      modified(old, aPolicyWith(['rollcall'], { label: 'y' })),
+      { kind: 'Policy', type: 'resync', object: old } as const,
+      { kind: 'Policy', type: 'added', object: old } as const,
+    ])
+      assert.deepEqual(keys(event), { policy: ['policy/p1'], webhook: ['webhook/p1'] });
+  });
+
+  test('property: a policy run is skipped only for a status-only change that rollcall alone wrote', () => {
+    const side = fc.record({
+      managers: fc.subarray(['rollcall', 'kubectl-edit', 'scribbler']),
+      generation: fc.integer({ min: 1, max: 3 }),
+      label: fc.constantFrom('x', 'y'),
+      ready: fc.constantFrom('1/3', '3/3'),
+    });
+    fc.assert(
+      fc.property(side, side, (a, b) => {
+        const event = modified(aPolicyWith(a.managers, a), aPolicyWith(b.managers, b));
+        const statusOnly = a.generation === b.generation && a.label === b.label;
+        const ownStatus = b.managers.every((m) => m === 'rollcall');
+        assert.deepEqual(keys(event), {
+          policy: statusOnly && ownStatus ? [] : ['policy/p1'],
+          webhook: statusOnly ? [] : ['webhook/p1'],
+        });
+      }),
+    );
   });
 });

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { reportsFromPods } from '../../../api/report.ts';
-import { policy } from '../../../control-plane/functions/policy.ts';
+import { policy, progressDelayMs, rereadDelayMs } from '../../../control-plane/functions/policy.ts';
+import { requeueAfter } from '../../../control-plane/queue/index.ts';
 import { buildWebhookConfiguration } from '../../../control-plane/functions/webhook-core.ts';
 import type { PolicyView } from '../../../control-plane/projections/store.ts';
 import {
@@ -17,6 +18,7 @@ import { functionContext } from '../../fixtures/function-context.ts';
 async function run(
   view: Omit<PolicyView, 'policyServer' | 'deployment' | 'replicaSets'>,
   statusWritten = true,
+  writesCongested = false,
 ) {
   const { server, deployment, replicaSet } = aServerWithDeployment();
   const enqueued: string[] = [];
@@ -38,9 +40,10 @@ async function run(
     kube,
     events,
     enqueue: async (keys) => void enqueued.push(...keys),
+    writesCongested,
   });
-  await policy.handle(view.policy!.metadata.name, ctx);
-  return { enqueued, writes };
+  const outcome = await policy.handle(view.policy!.metadata.name, ctx);
+  return { enqueued, writes, outcome };
 }
 
 /** A Policy at generation 4 that every replica loaded. */
@@ -76,7 +79,35 @@ describe('the policy function enqueues the webhook only when the readiness moves
   });
 });
 
-test('a status write refused (the Policy changed since it was read) records no Event', async () => {
-  const { writes } = await run({ policy: loaded, pods, reports, webhook: undefined }, false);
+test('a status write refused (the Policy changed since it was read) records no Event and runs again', async () => {
+  const { writes, outcome } = await run(
+    { policy: loaded, pods, reports, webhook: undefined },
+    false,
+  );
   assert.deepEqual(writes, ['status']);
+  assert.deepEqual(outcome, requeueAfter(rereadDelayMs));
+});
+
+describe('while writes are congested, progress waits and end states do not', () => {
+  const loading = threePods(reportOf(loaded.metadata.name, 4, 'Loading'));
+  const failed = threePods(reportOf(loaded.metadata.name, 4, 'Failed'));
+  const cases = [
+    { name: 'Reconciling', pods: loading, deferred: true },
+    { name: 'Ready', pods, deferred: false },
+    { name: 'Stalled', pods: failed, deferred: false },
+  ];
+  for (const { name, pods: replicas, deferred } of cases)
+    test(`${name}: ${deferred ? 'runs again later, nothing written' : 'written at once'}`, async () => {
+      const view = {
+        policy: { ...loaded, status: undefined },
+        pods: replicas,
+        reports: reportsFromPods(replicas, loaded.metadata.name),
+        webhook: undefined,
+      };
+      const congested = await run(view, true, true);
+      assert.deepEqual(congested.writes.length === 0, deferred);
+      if (deferred) assert.deepEqual(congested.outcome, requeueAfter(progressDelayMs));
+      // Not congested: every status is written.
+      assert.deepEqual((await run(view, true, false)).writes[0], 'status');
+    });
 });
