@@ -18,7 +18,7 @@ import type { FunctionContext, ReconcileFunction } from './types.ts';
 /** How long a run whose status write was refused waits for the watcher to catch up. */
 export const rereadDelayMs = 100;
 /** How long progress waits while writes are congested (a new event runs it at once). */
-export const progressDelayMs = 1000;
+export const progressDelayMs = 5000;
 
 export const policy: ReconcileFunction = {
   name: 'policy',
