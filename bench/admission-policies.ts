@@ -1,6 +1,7 @@
-// The admission benchmark's one policy, written once and applied twice: as rollcall Policy
-// `validations` and as a native ValidatingAdmissionPolicy, so both subjects evaluate exactly
-// the same six CEL expressions on exactly the same Pod.
+// The admission benchmark's policies, each written once and applied twice, as rollcall Policies
+// and as native ValidatingAdmissionPolicies, so both subjects evaluate exactly the same CEL on
+// exactly the same Pod: one policy of six expressions, and the library's Pod Security
+// restricted set (converted as `rollcall convert --to vap` converts it).
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';

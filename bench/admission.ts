@@ -6,7 +6,9 @@
 // matching only its own namespace, beside the apiserver with no policy (its floor) and the
 // generator against an echo server (the generator's own floor). Requests are server-side
 // dry-run Pod creates: nothing is stored. The subjects take turns in short rounds, so a load
-// change on the machine hits them alike. Prints a table and the goal line; JSON in bench/out/.
+// change on the machine hits them alike. Then the curve (`--curve`): native beside rollcall with
+// 1 and 3 replicas at rising rates, with that policy and with the library's Pod Security
+// restricted set. Prints tables and the goal lines; JSON in bench/out/.
 import type { V1ValidatingAdmissionPolicyBinding } from '@kubernetes/client-node';
 import type { Agent } from 'node:https';
 import { loadavg } from 'node:os';
