@@ -86,6 +86,7 @@ export const denialOf = {
   restricted: 'pss-restricted-privilege-escalation',
 } as const;
 export type PolicySet = keyof typeof denialOf;
+export const policySets = Object.keys(denialOf) as PolicySet[];
 
 /**
  * The policy library's Pod Security restricted set (its Baseline and Restricted files: one

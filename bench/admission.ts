@@ -39,6 +39,7 @@ import {
   denialOf,
   nativePolicy,
   restrictedNative,
+  policySets,
   restrictedPolicies,
   rollcallPolicy,
   type PolicySet,
@@ -332,9 +333,9 @@ const namespaces = {
   six: { native: ns.native, rollcall: ns.rollcall },
   restricted: { native: ns.nativeRestricted, rollcall: ns.rollcallRestricted },
 };
-const restrictedNames = restrictedPolicies(serverName, ns.rollcallRestricted).map(
-  (p) => p.metadata.name,
-);
+/** The restricted set on rollcall's server, read once from the library. */
+const restricted = restrictedPolicies(serverName, ns.rollcallRestricted);
+const restrictedNames = restricted.map((p) => p.metadata.name);
 
 /** The restricted set, natively and on rollcall's server, each in a namespace of its own. */
 async function startRestricted(): Promise<void> {
@@ -347,8 +348,7 @@ async function startRestricted(): Promise<void> {
           }),
     );
   await untilDenies(ns.nativeRestricted, 'the restricted set, natively', 'restricted');
-  for (const body of restrictedPolicies(serverName, ns.rollcallRestricted))
-    await bench.createPolicy(body);
+  for (const body of restricted) await bench.createPolicy(body);
 }
 
 /**
@@ -361,7 +361,7 @@ async function curveAt(replicas: number): Promise<void> {
   await bench.untilPolicyServers(replicas);
   await untilDenies(ns.rollcall, "rollcall's webhook");
   await untilDenies(ns.rollcallRestricted, "rollcall's restricted set", 'restricted');
-  for (const set of ['six', 'restricted'] as const) {
+  for (const set of policySets) {
     /** A subject that lost most requests at a rate is past saturation: higher rates skip it. */
     const saturated = new Set<string>();
     for (const r of curveRates) {
@@ -449,7 +449,7 @@ function report(): void {
       String(r.rate),
       String(r.sent),
       String(r.ok),
-      String(Object.values(r.errors).reduce((a, b) => a + b, 0)),
+      String(errorCount(r)),
       fmt(r.latency.p50),
       fmt(r.latency.p90),
       fmt(r.latency.p99),
@@ -485,6 +485,7 @@ function report(): void {
       `goal: ${mine} p99 ≤ ${theirs} p99 + ${goalMarginMs} ms at ${rate}/s: ${over <= 0 ? 'met' : `missed by ${over.toFixed(1)} ms`} (${fmt(a.latency.p99)} vs ${fmt(b.latency.p99)} ms)`,
     );
   }
+  printCurve();
   goals.push(...curveGoals());
   for (const g of goals) console.log(g);
 
@@ -534,7 +535,7 @@ function printCurve(): void {
       fmt(f.lag.p99),
     ]),
   ]);
-  for (const set of ['six', 'restricted'] as const)
+  for (const set of policySets)
     for (const replicas of [1, 3])
       for (const name of ['native', `rollcall-${replicas}`]) {
         const points = curve.filter(
@@ -562,9 +563,8 @@ function holds(f: LoadResult): boolean {
 
 /** Issue 39's goal: wherever native holds, rollcall-3 within native p99 + 5 ms and no errors. */
 function curveGoals(): string[] {
-  printCurve();
   const goals: string[] = [];
-  for (const set of ['six', 'restricted'] as const)
+  for (const set of policySets)
     for (const r of curveRates) {
       const at = (name: string) =>
         curve.find((p) => p.set === set && p.replicas === 3 && p.rate === r && p.subject === name);

@@ -31,6 +31,10 @@ export interface Figures {
   fanOut: FanOutRow[];
 }
 
+/** The storm's CPU seconds of a subject's processes and, if it has one, its Redis. */
+const cpuS = (x: PerSubject) =>
+  x.storm.cpuS + (Number.isNaN(x.storm.redisCpuS) ? 0 : x.storm.redisCpuS);
+
 export function printTable({
   quick,
   size,
@@ -46,8 +50,6 @@ export function printTable({
   const floorS = floor.seconds;
   /** The storm's bound: its data plane alone, then the status writes alone. */
   const least = stormDataPlaneS + floor.statusSeconds;
-  const cpuS = (x: PerSubject) =>
-    x.storm.cpuS + (Number.isNaN(x.storm.redisCpuS) ? 0 : x.storm.redisCpuS);
   const names = Object.keys(s);
   const fmt = (v: number, d = 0) => (Number.isFinite(v) ? v.toFixed(d) : '—');
   const rows: [string, ...string[]][] = [['figure', ...names]];
@@ -172,10 +174,10 @@ function goals({
       lines.push(
         `goal: storm faster than ${other}: ${verdict(storm, s[other]!.storm.convergenceS, 's')} (${storm.toFixed(1)} vs ${s[other]!.storm.convergenceS.toFixed(1)} s)`,
       );
-  const cpu = mine.storm.cpuS + mine.storm.redisCpuS;
+  const cpu = cpuS(mine);
   if (peer)
     lines.push(
-      `goal: storm CPU, rollcall + its Redis ≤ the peer's: ${verdict(cpu, peer.storm.cpuS, 's')} (${cpu.toFixed(1)} vs ${peer.storm.cpuS.toFixed(1)} s)`,
+      `goal: storm CPU, rollcall + its Redis ≤ the peer's: ${verdict(cpu, cpuS(peer), 's')} (${cpu.toFixed(1)} vs ${cpuS(peer).toFixed(1)} s)`,
     );
   const lat = mine.latency;
   lines.push(

@@ -1,11 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import fc from 'fast-check';
 import { reportsFromPods } from '../../../api/report.ts';
 import { policy, progressDelayMs, rereadDelayMs } from '../../../control-plane/functions/policy.ts';
 import { requeueAfter } from '../../../control-plane/queue/index.ts';
 import { buildWebhookConfiguration } from '../../../control-plane/functions/webhook-core.ts';
 import type { PolicyView } from '../../../control-plane/projections/store.ts';
 import {
+  aPod,
   aPolicy,
   aServerWithDeployment,
   NAMESPACE,
@@ -23,6 +25,7 @@ async function run(
   const { server, deployment, replicaSet } = aServerWithDeployment();
   const enqueued: string[] = [];
   const writes: string[] = [];
+  const statuses: { summary?: string }[] = [];
   const store = {
     policyView: async (): Promise<PolicyView> => ({
       ...view,
@@ -32,7 +35,11 @@ async function run(
     }),
   };
   const kube = {
-    patchStatus: async () => (writes.push('status'), statusWritten),
+    patchStatus: async (_plural: string, _name: string, status: { summary?: string }) => (
+      writes.push('status'),
+      statuses.push(status),
+      statusWritten
+    ),
   };
   const events = { record: () => void writes.push('event') };
   const ctx = functionContext({
@@ -43,7 +50,7 @@ async function run(
     writesCongested,
   });
   const outcome = await policy.handle(view.policy!.metadata.name, ctx);
-  return { enqueued, writes, outcome };
+  return { enqueued, writes, statuses, outcome };
 }
 
 /** A Policy at generation 4 that every replica loaded. */
@@ -88,6 +95,14 @@ test('a status write refused (the Policy changed since it was read) records no E
   assert.deepEqual(outcome, requeueAfter(rereadDelayMs));
 });
 
+/** The loaded Policy before any status was written, on `replicas`. */
+const statuslessOn = (replicas: ReturnType<typeof threePods>) => ({
+  policy: { ...loaded, status: undefined },
+  pods: replicas,
+  reports: reportsFromPods(replicas, loaded.metadata.name),
+  webhook: undefined,
+});
+
 describe('while writes are congested, progress waits and end states do not', () => {
   const loading = threePods(reportOf(loaded.metadata.name, 4, 'Loading'));
   const failed = threePods(reportOf(loaded.metadata.name, 4, 'Failed'));
@@ -98,16 +113,36 @@ describe('while writes are congested, progress waits and end states do not', () 
   ];
   for (const { name, pods: replicas, deferred } of cases)
     test(`${name}: ${deferred ? 'runs again later, nothing written' : 'written at once'}`, async () => {
-      const view = {
-        policy: { ...loaded, status: undefined },
-        pods: replicas,
-        reports: reportsFromPods(replicas, loaded.metadata.name),
-        webhook: undefined,
-      };
+      const view = statuslessOn(replicas);
       const congested = await run(view, true, true);
       assert.deepEqual(congested.writes.length === 0, deferred);
       if (deferred) assert.deepEqual(congested.outcome, requeueAfter(progressDelayMs));
       // Not congested: every status is written.
       assert.deepEqual((await run(view, true, false)).writes[0], 'status');
     });
+});
+
+test('property: under congestion only a Reconciling status waits, whatever the replicas report', async () => {
+  const state = fc.constantFrom('Loading', 'Loaded', 'Failed', 'absent');
+  await fc.assert(
+    fc.asyncProperty(
+      fc.tuple(state, state, state),
+      fc.integer({ min: 3, max: 4 }),
+      async (states, generation) => {
+        const replicas = states.map((s, i) =>
+          aPod(`ps-${i}`, {
+            ...(s === 'absent' ? {} : { report: reportOf(loaded.metadata.name, generation, s) }),
+          }),
+        );
+        const view = statuslessOn(replicas);
+        const free = await run(view, true, false);
+        const summary = free.statuses[0]?.summary;
+        const congested = await run(view, true, true);
+        if (summary === 'Reconciling') {
+          assert.deepEqual(congested.writes, []);
+          assert.deepEqual(congested.outcome, requeueAfter(progressDelayMs));
+        } else assert.deepEqual(congested.writes, free.writes);
+      },
+    ),
+  );
 });
