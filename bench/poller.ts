@@ -19,6 +19,7 @@ import {
 import type { Deployment, Pod, ReplicaSet } from '../api/kube.ts';
 import type { Policy, PolicyServer } from '../api/v1alpha1.ts';
 import { KubeWriter } from '../control-plane/functions/kube-writer.ts';
+import { kubeConfigTarget } from '../lib/kube/api.ts';
 import { reportsFromPods } from '../api/report.ts';
 import { computePolicy } from '../control-plane/functions/policy-core.ts';
 import { policyServerResourceName } from '../control-plane/functions/policyserver-core.ts';
@@ -33,7 +34,7 @@ const custom = kc.makeApiClient(CustomObjectsApi);
 const apps = kc.makeApiClient(AppsV1Api);
 const core = kc.makeApiClient(CoreV1Api);
 const admission = kc.makeApiClient(AdmissionregistrationV1Api);
-const writer = new KubeWriter(kc, (write) => write());
+const writer = new KubeWriter(kubeConfigTarget(kc), (write) => write());
 const listCustom = async <T>(plural: string) =>
   (
     (await custom.listClusterCustomObject({

@@ -6,8 +6,8 @@ import { createLogger } from '../lib/logger.ts';
 import { startRoles, type Role } from '../control-plane/roles.ts';
 import type { StatusIo } from './status.ts';
 
-// client-node (~35 MiB of a process, bench/RESULTS.md) is imported by the commands below
-// that use it, and by the workers (control-plane/roles.ts), never by a watcher.
+// client-node (about 60 MiB of a process, README "Why the control plane has an API client of
+// its own") is imported only by the commands below that use it, and by `--install-crds`.
 
 /** Resolves on the first SIGTERM or SIGINT. */
 const terminated = () =>

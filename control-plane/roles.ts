@@ -19,22 +19,13 @@ import { startHttpServer, type HttpServer, type Readiness } from './http/http.ts
 import { mountUis } from './http/ui.ts';
 import { Watcher } from './watcher/watcher.ts';
 import { startWorker, type StartedWorker } from './worker.ts';
+import { KubeWriter } from './functions/kube-writer.ts';
 import { kubeRequestCounter } from './worker-metrics.ts';
 import type { Config } from './config.ts';
 import { createLogger } from '../lib/logger.ts';
 import { releaseAfterBursts } from '../lib/release-memory.ts';
 
 export type Role = 'watcher' | 'worker';
-
-/** client-node's KubeConfig (one, shared by every user in the process) and what writes with it. */
-async function loadClientNode(kubeconfig: string | undefined) {
-  const [{ loadKubeConfig }, { KubeWriter }, { installCrds }] = await Promise.all([
-    import('../lib/kube/kube-config.ts'),
-    import('./functions/kube-writer.ts'),
-    import('./install-crds.ts'),
-  ]);
-  return { kc: loadKubeConfig(kubeconfig), KubeWriter, installCrds };
-}
 
 /** Resolves true when `p` settles in time, false otherwise (p keeps running). */
 function bounded(p: Promise<unknown>, ms: number): Promise<boolean> {
@@ -91,13 +82,14 @@ export async function startRoles(
   config: Config,
   logger = createLogger(config.logLevel),
 ): Promise<Running> {
-  // client-node (its generated API and undici, ~30 MiB resident) is loaded only by the roles
-  // that write through it: a watcher reads with lib/kube/api.ts alone.
-  let loaded: ReturnType<typeof loadClientNode> | undefined;
-  const clientNode = () => (loaded ??= loadClientNode(config.kubeconfig));
+  // client-node (its generated API and undici, 78 MiB resident) is loaded only to install
+  // the CRDs: the roles read and write with lib/kube/api.ts alone.
   if (config.installCrds) {
-    const { kc, installCrds } = await clientNode();
-    await installCrds(kc, logger);
+    const [{ loadKubeConfig }, { installCrds }] = await Promise.all([
+      import('../lib/kube/kube-config.ts'),
+      import('./install-crds.ts'),
+    ]);
+    await installCrds(loadKubeConfig(config.kubeconfig), logger);
   }
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -144,7 +136,6 @@ export async function startRoles(
 
   let worker: StartedWorker | undefined;
   if (api && roles.includes('worker')) {
-    const { kc, KubeWriter } = await clientNode();
     worker = await startWorker({
       config,
       functions,
@@ -152,7 +143,7 @@ export async function startRoles(
       registry,
       queueMetrics,
       logger,
-      kubeWriter: (gate) => new KubeWriter(kc, gate, recordRequest),
+      kubeWriter: (gate) => new KubeWriter(api, gate, recordRequest),
       noteWork: memory.noteWork,
       api,
     });

@@ -31,7 +31,7 @@ export interface WorkerOptions {
   registry: Registry;
   queueMetrics: QueueMetrics;
   logger: Logger;
-  /** A KubeWriter whose writes pass through `gate` (client-node is loaded by the caller). */
+  /** A KubeWriter whose writes pass through `gate`. */
   kubeWriter(gate: WriteGate): KubeWriter;
   /** Told of each run (roles.ts gives the memory a burst freed back to the OS). */
   noteWork(count: number): void;

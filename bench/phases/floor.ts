@@ -8,6 +8,7 @@
 import { KubeConfig, Watch, type V1Pod } from '@kubernetes/client-node';
 import { API_VERSION, REPORT_ANNOTATION } from '../../api/constants.ts';
 import { KubeWriter } from '../../control-plane/functions/kube-writer.ts';
+import { loadApiTarget } from '../../lib/kube/api.ts';
 import { concurrency, namespace, type Bench } from '../context.ts';
 import { percentile, pool } from '../support.ts';
 import { flipReport } from './latency.ts';
@@ -43,14 +44,12 @@ export interface FloorSegments {
 }
 
 /** rollcall's writer, through the bench's counting proxy. */
-function proxiedWriter(bench: Bench): KubeWriter {
-  const kc = new KubeConfig();
-  kc.loadFromFile(bench.proxy.kubeconfig);
-  return new KubeWriter(kc, (write) => write());
+async function proxiedWriter(bench: Bench): Promise<KubeWriter> {
+  return new KubeWriter(await loadApiTarget(bench.proxy.kubeconfig), (write) => write());
 }
 
 export async function floor(bench: Bench): Promise<Floor> {
-  const writer = proxiedWriter(bench);
+  const writer = await proxiedWriter(bench);
   /** Writes the Policy's status with each message marked: a real change of about the same size. */
   const writeStatus = async (n: string, mark: string) => {
     const status = structuredClone(bench.recorder.latest.get(n)!.status!);
@@ -84,7 +83,7 @@ export async function floor(bench: Bench): Promise<Floor> {
  */
 export async function latencyFloor(bench: Bench): Promise<LatencyFloor> {
   const { recorder, latNames } = bench;
-  const writer = proxiedWriter(bench);
+  const writer = await proxiedWriter(bench);
   const [pod] = await bench.readyPods('lat', 3);
   const target = latNames[0]!;
   const podWatch = await watchReport(bench.kc, pod!);

@@ -1,21 +1,10 @@
 // Every write rollcall makes to the Kubernetes API, behind the shared write gate. Secrets
 // (managed TLS) are read and written here with the API, never projected into Redis.
-// Errors are thrown as client-node raises them; the queue turns 409 into an immediate
-// re-run, 429 into a re-run after Retry-After, and the rest into per-key backoff.
+// Requests go through lib/kube/api.ts as plain JSON (not client-node: see its header). Errors
+// are thrown as KubeApiError; the queue turns 409 into an immediate re-run, 429 into a re-run
+// after Retry-After, and the rest into per-key backoff.
 import { randomBytes } from 'node:crypto';
-import {
-  AdmissionregistrationV1Api,
-  CoreV1Api,
-  CustomObjectsApi,
-  EventsV1Api,
-  KubernetesObjectApi,
-  PatchStrategy,
-  setHeaderOptions,
-  V1MicroTime,
-  type KubeConfig,
-  type KubernetesObject,
-  type V1Secret,
-} from '@kubernetes/client-node';
+import type { V1Secret } from '@kubernetes/client-node';
 import {
   API_VERSION,
   FIELD_MANAGER,
@@ -23,12 +12,44 @@ import {
   REVISION_LABEL_POLICY,
   VERSION,
 } from '../../api/constants.ts';
+import type { KubeObject } from '../../api/kube.ts';
 import { policyRevisionSchema, type PolicyRevision } from '../../api/v1alpha1.ts';
+import { requestJson, type ApiTarget } from '../../lib/kube/api.ts';
 import { isConflict, isNotFound, statusCodeOf } from '../../lib/kube/errors.ts';
 import type { WriteGate } from '../queue/index.ts';
 
-/** Where PolicyRevisions live, for the custom-objects API. */
-const REVISIONS = { group: GROUP, version: VERSION, plural: 'policyrevisions' } as const;
+/** Where rollcall's own kinds live. */
+const ROLLCALL_API = `/apis/${GROUP}/${VERSION}`;
+const REVISIONS = `${ROLLCALL_API}/policyrevisions`;
+const WEBHOOKS = '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations';
+
+/** The kinds rollcall applies (webhook-core.ts, policyserver-core.ts), by their plural resource. */
+const APPLIED_RESOURCES: Readonly<Record<string, string>> = {
+  Deployment: 'deployments',
+  Service: 'services',
+  ValidatingWebhookConfiguration: 'validatingwebhookconfigurations',
+};
+
+/** An object's URL path: namespaced when its metadata names a namespace. */
+export function objectPath(obj: KubeObject): string {
+  const { apiVersion = '', kind = '', metadata } = obj;
+  const resource = APPLIED_RESOURCES[kind];
+  if (!resource || !apiVersion || !metadata?.name)
+    throw new Error(`rollcall does not apply ${kind || 'an object without a kind'}`);
+  const base = apiVersion.includes('/') ? `/apis/${apiVersion}` : `/api/${apiVersion}`;
+  const scope = metadata.namespace ? `/namespaces/${metadata.namespace}` : '';
+  return `${base}${scope}/${resource}/${metadata.name}`;
+}
+
+/** A metav1.MicroTime: RFC 3339 with six fractional digits (Events' eventTime). */
+export function microTime(at: Date): string {
+  return at.toISOString().replace('Z', '000Z');
+}
+
+/** A Secret's path, or its namespace's collection without a name. */
+function secretPath(namespace: string, name?: string): string {
+  return `/api/v1/namespaces/${namespace}/secrets${name === undefined ? '' : `/${name}`}`;
+}
 
 /** Counts API requests by verb and HTTP code (for /metrics). */
 export type RequestRecorder = (verb: string, code: number) => void;
@@ -48,36 +69,35 @@ export interface EventToWrite {
 }
 
 export class KubeWriter {
-  private readonly custom: CustomObjectsApi;
-  private readonly objects: KubernetesObjectApi;
-  private readonly admission: AdmissionregistrationV1Api;
-  private readonly events: EventsV1Api;
+  private readonly api: ApiTarget;
   private readonly gate: WriteGate;
   private readonly record: RequestRecorder;
   /** Where Events about cluster-scoped objects go, as client-go's recorder does. */
   private readonly eventNamespace = 'default';
   private readonly instance: string;
-  private readonly core: CoreV1Api;
 
   constructor(
-    kc: KubeConfig,
+    api: ApiTarget,
     gate: WriteGate,
     record: RequestRecorder = () => {},
     instance = `rollcall-${process.pid}`,
   ) {
-    this.custom = kc.makeApiClient(CustomObjectsApi);
-    this.objects = KubernetesObjectApi.makeApiClient(kc);
-    this.admission = kc.makeApiClient(AdmissionregistrationV1Api);
-    this.events = kc.makeApiClient(EventsV1Api);
+    this.api = api;
     this.gate = gate;
     this.record = record;
     this.instance = instance;
-    this.core = kc.makeApiClient(CoreV1Api);
   }
 
-  private async write<T>(verb: string, call: () => Promise<T>): Promise<T> {
+  /** One request, counted; reads pass by the write gate (they are not writes). */
+  private async request(
+    verb: string,
+    method: string,
+    path: string,
+    options: Parameters<typeof requestJson>[3] = {},
+  ): Promise<unknown> {
+    const call = () => requestJson(this.api, method, path, options);
     try {
-      const result = await this.gate(call);
+      const result = await (method === 'GET' ? call() : this.gate(call));
       this.record(verb, 200);
       return result;
     } catch (err) {
@@ -107,23 +127,15 @@ export class KubeWriter {
     );
     const resourceVersion = read?.metadata?.resourceVersion;
     try {
-      await this.write('patch', () =>
-        this.custom.patchClusterCustomObjectStatus(
-          {
-            group: GROUP,
-            version: VERSION,
-            plural,
-            name,
-            // Named, so that the watcher tells rollcall's status writes from others' (project.ts).
-            fieldManager: FIELD_MANAGER,
-            body: {
-              ...(resourceVersion === undefined ? {} : { metadata: { resourceVersion } }),
-              status: { ...removed, ...status },
-            },
-          },
-          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-        ),
-      );
+      await this.request('patch', 'PATCH', `${ROLLCALL_API}/${plural}/${name}/status`, {
+        // Named, so that the watcher tells rollcall's status writes from others' (project.ts).
+        query: { fieldManager: FIELD_MANAGER },
+        contentType: 'application/merge-patch+json',
+        body: {
+          ...(resourceVersion === undefined ? {} : { metadata: { resourceVersion } }),
+          status: { ...removed, ...status },
+        },
+      });
       return true;
     } catch (err) {
       if (isNotFound(err) || (isConflict(err) && resourceVersion !== undefined)) return false;
@@ -132,55 +144,48 @@ export class KubeWriter {
   }
 
   /** Server-side apply with rollcall's field manager; force takes over fields rollcall owns. */
-  apply<T extends KubernetesObject>(obj: T): Promise<T> {
-    return this.write('apply', () =>
-      this.objects.patch(
-        obj,
-        undefined,
-        undefined,
-        FIELD_MANAGER,
-        true,
-        PatchStrategy.ServerSideApply,
-      ),
-    );
+  async apply(obj: KubeObject): Promise<void> {
+    await this.request('apply', 'PATCH', objectPath(obj), {
+      query: { fieldManager: FIELD_MANAGER, force: true },
+      contentType: 'application/apply-patch+yaml', // JSON is YAML
+      body: obj,
+    });
   }
 
   /** Deletes a webhook configuration; one that is already gone is fine. */
   async deleteWebhook(name: string): Promise<void> {
     try {
-      await this.write('delete', () =>
-        this.admission.deleteValidatingWebhookConfiguration({ name }),
-      );
+      await this.request('delete', 'DELETE', `${WEBHOOKS}/${name}`);
     } catch (err) {
       if (!isNotFound(err)) throw err;
     }
   }
 
   async event(regarding: EventTarget, event: EventToWrite, now: Date): Promise<void> {
-    await this.write('create', () =>
-      this.events.createNamespacedEvent({
-        namespace: this.eventNamespace,
-        body: {
-          // Named as client-go names Events: the object's name and a time-derived suffix.
-          metadata: {
-            name: `${regarding.name}.${now.getTime().toString(16)}${randomBytes(2).toString('hex')}`,
-          },
-          eventTime: new V1MicroTime(now.getTime()),
-          reportingController: 'rollcall.dev/rollcall',
-          reportingInstance: this.instance,
-          regarding: {
-            apiVersion: regarding.apiVersion,
-            kind: regarding.kind,
-            name: regarding.name,
-            uid: regarding.uid,
-          },
-          type: event.type,
-          reason: event.reason,
-          action: event.action,
-          note: event.note,
+    const namespace = this.eventNamespace;
+    await this.request('create', 'POST', `/apis/events.k8s.io/v1/namespaces/${namespace}/events`, {
+      body: {
+        apiVersion: 'events.k8s.io/v1',
+        kind: 'Event',
+        // Named as client-go names Events: the object's name and a time-derived suffix.
+        metadata: {
+          name: `${regarding.name}.${now.getTime().toString(16)}${randomBytes(2).toString('hex')}`,
         },
-      }),
-    );
+        eventTime: microTime(now),
+        reportingController: 'rollcall.dev/rollcall',
+        reportingInstance: this.instance,
+        regarding: {
+          apiVersion: regarding.apiVersion,
+          kind: regarding.kind,
+          name: regarding.name,
+          uid: regarding.uid,
+        },
+        type: event.type,
+        reason: event.reason,
+        action: event.action,
+        note: event.note,
+      },
+    });
   }
 
   // --- Secrets (managed TLS). Reads are not rate limited (they are not writes); private keys
@@ -189,7 +194,7 @@ export class KubeWriter {
   /** A Secret, or undefined when it does not exist. */
   async getSecret(namespace: string, name: string): Promise<V1Secret | undefined> {
     try {
-      return await this.core.readNamespacedSecret({ namespace, name });
+      return (await this.request('get', 'GET', secretPath(namespace, name))) as V1Secret;
     } catch (err) {
       if (isNotFound(err)) return undefined;
       throw err;
@@ -197,21 +202,20 @@ export class KubeWriter {
   }
 
   /** Creates a Secret; throws 409 when it already exists. */
-  createSecret(namespace: string, secret: V1Secret): Promise<V1Secret> {
-    return this.write('create', () =>
-      this.core.createNamespacedSecret({ namespace, body: secret }),
-    );
+  async createSecret(namespace: string, secret: V1Secret): Promise<void> {
+    await this.request('create', 'POST', secretPath(namespace), {
+      body: { apiVersion: 'v1', kind: 'Secret', ...secret },
+    });
   }
 
   /**
    * Replaces a Secret. `secret.metadata.resourceVersion` makes it conditional: someone else's
    * write in between gives 409 and the job runs again on fresh state.
    */
-  replaceSecret(namespace: string, secret: V1Secret): Promise<V1Secret> {
-    const name = secret.metadata?.name ?? '';
-    return this.write('update', () =>
-      this.core.replaceNamespacedSecret({ namespace, name, body: secret }),
-    );
+  async replaceSecret(namespace: string, secret: V1Secret): Promise<void> {
+    await this.request('update', 'PUT', secretPath(namespace, secret.metadata?.name ?? ''), {
+      body: { apiVersion: 'v1', kind: 'Secret', ...secret },
+    });
   }
 
   // --- PolicyRevisions (written by the webhook function before a webhook serves a generation).
@@ -219,9 +223,7 @@ export class KubeWriter {
   /** Creates a PolicyRevision; false when one of that name already exists (409). */
   async createRevision(revision: PolicyRevision): Promise<boolean> {
     try {
-      await this.write('create', () =>
-        this.custom.createClusterCustomObject({ ...REVISIONS, body: revision }),
-      );
+      await this.request('create', 'POST', REVISIONS, { body: revision });
       return true;
     } catch (err) {
       if (isConflict(err)) return false;
@@ -231,18 +233,9 @@ export class KubeWriter {
 
   /** The PolicyRevisions labelled for one Policy (any uid: a deleted namesake's too). */
   async listRevisions(policy: string): Promise<PolicyRevision[]> {
-    let list: { items?: unknown[] };
-    try {
-      // A read: counted, but not rate limited like writes.
-      list = (await this.custom.listClusterCustomObject({
-        ...REVISIONS,
-        labelSelector: `${REVISION_LABEL_POLICY}=${policy}`,
-      })) as { items?: unknown[] };
-      this.record('list', 200);
-    } catch (err) {
-      this.record('list', statusCodeOf(err) ?? 0);
-      throw err;
-    }
+    const list = (await this.request('list', 'GET', REVISIONS, {
+      query: { labelSelector: `${REVISION_LABEL_POLICY}=${policy}` },
+    })) as { items?: unknown[] };
     // List items lack apiVersion and kind; an item that does not parse is not ours to judge.
     return (list.items ?? []).flatMap((item) => {
       const parsed = policyRevisionSchema.safeParse({
@@ -257,9 +250,7 @@ export class KubeWriter {
   /** Deletes a PolicyRevision; one that is already gone is fine. */
   async deleteRevision(name: string): Promise<void> {
     try {
-      await this.write('delete', () =>
-        this.custom.deleteClusterCustomObject({ ...REVISIONS, name }),
-      );
+      await this.request('delete', 'DELETE', `${REVISIONS}/${name}`);
     } catch (err) {
       if (!isNotFound(err)) throw err;
     }

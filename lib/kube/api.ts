@@ -1,11 +1,11 @@
-// A small client of the Kubernetes API for the watcher: JSON requests and watches on
-// node:http(s), with the credentials of a kubeconfig or of the pod's service account.
+// A small client of the Kubernetes API for the watcher and the workers: JSON requests and
+// watches on node:http(s), with the credentials of a kubeconfig or of the pod's service account.
 //
-// Why not @kubernetes/client-node here: loading its KubeConfig loads its whole generated API
-// and undici, ~30 MiB of a watcher's resident memory (bench/RESULTS.md, "Memory"), while the
-// watcher needs only lists, watches and one Lease. The workers keep client-node for their
-// writes. A kubeconfig whose user needs a plugin (`exec`, `auth-provider`) or a proxy is
-// handed to client-node, loaded only then.
+// Why not @kubernetes/client-node here: loading it loads its whole generated API and undici,
+// 78 MiB of a process's resident memory (bench/RESULTS.md, "Memory"), and its serializer walks
+// every model on each request, while rollcall's watches, reads and writes
+// (control-plane/functions/kube-writer.ts) are a few JSON requests. A kubeconfig whose user
+// needs a plugin (`exec`, `auth-provider`) or a proxy is handed to client-node, loaded only then.
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -23,13 +23,20 @@ export interface KubeStatus {
 export class KubeApiError extends Error {
   readonly statusCode: number;
   readonly status: KubeStatus | undefined;
-  constructor(statusCode: number, status: KubeStatus | undefined) {
+  /** The answer's headers (a 429's Retry-After: lib/kube/errors.ts `responseHeaderOf`). */
+  readonly headers: http.IncomingHttpHeaders;
+  constructor(
+    statusCode: number,
+    status: KubeStatus | undefined,
+    headers: http.IncomingHttpHeaders = {},
+  ) {
     super(
       `apiserver answered ${statusCode}${status?.reason ? ` ${status.reason}` : ''}: ${status?.message ?? 'no message'}`,
     );
     this.name = 'KubeApiError';
     this.statusCode = statusCode;
     this.status = status;
+    this.headers = headers;
   }
 }
 
@@ -263,7 +270,10 @@ function answer(res: http.IncomingMessage): Promise<unknown> {
       }
       const code = res.statusCode ?? 0;
       if (code >= 200 && code < 300 && body !== undefined) ok(body);
-      else fail(new KubeApiError(code, asStatus(body) ?? { message: text.slice(0, 200) }));
+      else
+        fail(
+          new KubeApiError(code, asStatus(body) ?? { message: text.slice(0, 200) }, res.headers),
+        );
     });
   });
 }

@@ -18,6 +18,7 @@ import {
   type Policy,
 } from '../../../api/v1alpha1.ts';
 import { KubeWriter } from '../../../control-plane/functions/kube-writer.ts';
+import { kubeConfigTarget } from '../../../lib/kube/api.ts';
 import { installCrds } from '../../../control-plane/install-crds.ts';
 import { testCluster, testKubeConfig, uniqueName } from '../../support/kube.ts';
 
@@ -140,7 +141,7 @@ describe('the rollcall CRDs on the apiserver', () => {
       plural: 'policies',
       name: policy,
     })) as Policy;
-    const writer = new KubeWriter(kc, (write) => write());
+    const writer = new KubeWriter(kubeConfigTarget(kc), (write) => write());
     const status = (ready: string) => ({ ...read.status, ready });
     assert.equal(await writer.patchStatus('policies', policy, status('3/3'), read), true);
     // `read` is now one version behind, as a lagging projection would be.

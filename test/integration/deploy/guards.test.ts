@@ -252,7 +252,7 @@ function identities(ownUid: string): Identities {
     unbound: kubeConfig(unbound).makeApiClient(CoreV1Api),
     worker: kubeConfig(worker).makeApiClient(AdmissionregistrationV1Api),
     workerKubeconfig: worker,
-    writer: new KubeWriter(kubeConfig(worker), (write) => write()),
+    writer: new KubeWriter(kubeConfigTarget(kubeConfig(worker)), (write) => write()),
     reports: new AuditApi(kubeConfigTarget(kubeConfig(worker)), (write) => write(), ns),
   };
 }

@@ -1,0 +1,53 @@
+// The pure parts of the worker's API client: where an applied object is written, and the
+// MicroTime an Event carries. The requests themselves run against the real apiserver in the
+// integration tests (api/crds, e2e/*, reliability/throttling).
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import fc from 'fast-check';
+import { microTime, objectPath } from '../../../control-plane/functions/kube-writer.ts';
+
+describe('objectPath', () => {
+  test('puts each kind rollcall applies at its resource, namespaced when the object names a namespace', () => {
+    const meta = { name: 'rollcall-p', namespace: 'rollcall-system' };
+    assert.equal(
+      objectPath({ apiVersion: 'v1', kind: 'Service', metadata: meta }),
+      '/api/v1/namespaces/rollcall-system/services/rollcall-p',
+    );
+    assert.equal(
+      objectPath({ apiVersion: 'apps/v1', kind: 'Deployment', metadata: meta }),
+      '/apis/apps/v1/namespaces/rollcall-system/deployments/rollcall-p',
+    );
+    assert.equal(
+      objectPath({
+        apiVersion: 'admissionregistration.k8s.io/v1',
+        kind: 'ValidatingWebhookConfiguration',
+        metadata: { name: 'rollcall-p' },
+      }),
+      '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/rollcall-p',
+    );
+  });
+
+  test('refuses a kind rollcall does not apply, or an object without a name, naming it', () => {
+    assert.throws(
+      () => objectPath({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 's' } }),
+      /rollcall does not apply Secret/,
+    );
+    assert.throws(() => objectPath({ apiVersion: 'v1', kind: 'Service', metadata: {} }), /Service/);
+    assert.throws(() => objectPath({ metadata: { name: 'x' } }), /without a kind/);
+  });
+});
+
+describe('microTime', () => {
+  test('is RFC 3339 with six fractional digits, and reads back as the same instant', () => {
+    fc.assert(
+      fc.property(
+        fc.date({ min: new Date(0), max: new Date('9999-12-31'), noInvalidDate: true }),
+        (at) => {
+          const text = microTime(at);
+          assert.match(text, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
+          assert.equal(new Date(text).getTime(), at.getTime());
+        },
+      ),
+    );
+  });
+});
