@@ -279,16 +279,34 @@ function answer(res: http.IncomingMessage): Promise<unknown> {
 }
 
 /**
+ * How long a request (not a watch) may take: longer than the apiserver's own limit
+ * (`--request-timeout`, 60 s by default), so a slow apiserver answers first, while a connection
+ * gone silent (a partition, a half-open socket) fails instead of holding its job forever.
+ */
+export const REQUEST_TIMEOUT_MS = 70_000;
+
+/**
  * Sends `method path?query` with an optional JSON `body` and resolves with the parsed JSON
- * answer; rejects with a `KubeApiError` on a non-2xx status, or with the transport error.
+ * answer; rejects with a `KubeApiError` on a non-2xx status, with the transport error, or
+ * after `timeoutMs` (default REQUEST_TIMEOUT_MS) without a whole answer.
  */
 export async function requestJson(
   target: ApiTarget,
   method: string,
   path: string,
-  options: SendOptions = {},
+  options: SendOptions & { timeoutMs?: number } = {},
 ): Promise<unknown> {
-  return answer(await send(target, method, path, options));
+  const { timeoutMs = REQUEST_TIMEOUT_MS, ...rest } = options;
+  const timeout = AbortSignal.timeout(timeoutMs);
+  const signal = rest.signal ? AbortSignal.any([rest.signal, timeout]) : timeout;
+  try {
+    return await answer(await send(target, method, path, { ...rest, signal }));
+  } catch (err) {
+    if (!timeout.aborted || rest.signal?.aborted) throw err;
+    throw new Error(`the apiserver did not answer ${method} ${path} within ${timeoutMs} ms`, {
+      cause: err,
+    });
+  }
 }
 
 /**

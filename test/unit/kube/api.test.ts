@@ -17,6 +17,7 @@ import {
   watchJson,
   type ApiTarget,
 } from '../../../lib/kube/api.ts';
+import { responseHeaderOf, statusCodeOf } from '../../../lib/kube/errors.ts';
 
 const kubeconfigText = (user: string, cluster = 'server: https://127.0.0.1:6443') => `
 apiVersion: v1
@@ -219,6 +220,32 @@ describe('requests and watches', () => {
     assert.ok(err instanceof KubeApiError);
     assert.equal(err.statusCode, 404);
     assert.match(err.message, /404 NotFound: leases "l" not found/);
+  });
+
+  test("keeps a refusal's headers (a 429's Retry-After)", async () => {
+    handle = (_req, res) =>
+      res
+        .writeHead(429, { 'content-type': 'application/json', 'retry-after': '3' })
+        .end('{"kind":"Status","code":429,"reason":"TooManyRequests"}');
+    const err = await requestJson(target, 'PATCH', '/p').catch((e: unknown) => e);
+    assert.equal(statusCodeOf(err), 429);
+    assert.equal(responseHeaderOf(err, 'Retry-After'), '3');
+  });
+
+  test('gives up on an apiserver that stops answering, before or during its answer, saying so', async () => {
+    for (const stall of ['before headers', 'mid-body']) {
+      handle = (_req, res) => {
+        if (stall === 'mid-body')
+          res.writeHead(200, { 'content-type': 'application/json' }).write('{"a"');
+      };
+      const started = Date.now();
+      const err = await requestJson(target, 'GET', '/slow', { timeoutMs: 200 }).catch(
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof Error, stall);
+      assert.match(err.message, /did not answer GET \/slow within 200 ms/, stall);
+      assert.ok(Date.now() - started < 5000, stall);
+    }
   });
 
   test('delivers watch events in order, whatever the chunks, and resolves when the server ends', async () => {
