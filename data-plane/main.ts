@@ -1,9 +1,8 @@
 // `rollcall policy-server`: wires the replica (watches, loads, report), the evaluation pool,
 // the TLS reloader and the HTTPS server together, and runs until SIGTERM or SIGINT.
 import { setFlagsFromString } from 'node:v8';
-import { CoreV1Api, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { REPORT_ANNOTATION } from '../api/constants.ts';
-import { loadKubeConfig } from '../lib/kube/kube-config.ts';
+import { loadApiTarget, requestJson, type ApiTarget } from '../lib/kube/api.ts';
 import type { Logger } from 'pino';
 import { createLogger } from '../lib/logger.ts';
 import {
@@ -45,13 +44,13 @@ export async function startPolicyServer(
   baseLogger = createLogger(config.logLevel),
 ): Promise<RunningPolicyServer> {
   const logger = baseLogger.child({ server: config.server, pod: config.pod });
-  const kc = loadKubeConfig(config.kubeconfig);
+  const api = await loadApiTarget(config.kubeconfig);
   const metrics = new PolicyServerMetrics();
   const compile: Compile = compileWithinBudget;
 
-  const publisher = reportPublisher(config, kc.makeApiClient(CoreV1Api), metrics, logger);
+  const publisher = reportPublisher(config, api, metrics, logger);
   const replica = new Replica({
-    kc,
+    api,
     server: config.server,
     logger,
     metrics,
@@ -67,7 +66,7 @@ export async function startPolicyServer(
     },
     publish: (report) => publisher.publish(report),
   });
-  const namespaces = new NamespaceCache({ kc, logger });
+  const namespaces = new NamespaceCache({ api, logger });
   const { pool, inline } = evaluators(config, metrics, logger);
   const https = await startHttpsServer({
     port: config.port,
@@ -130,20 +129,17 @@ export async function startPolicyServer(
 /** Publishes this replica's report on its own pod, retrying until it lands. */
 function reportPublisher(
   config: PolicyServerConfig,
-  core: CoreV1Api,
+  api: ApiTarget,
   metrics: PolicyServerMetrics,
   logger: Logger,
 ): ReportPublisher {
   return new ReportPublisher({
     patch: async (value) => {
-      await core.patchNamespacedPod(
-        {
-          name: config.pod,
-          namespace: config.namespace,
-          body: { metadata: { annotations: { [REPORT_ANNOTATION]: value } } },
-        },
-        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-      );
+      const pod = `/api/v1/namespaces/${config.namespace}/pods/${config.pod}`;
+      await requestJson(api, 'PATCH', pod, {
+        contentType: 'application/merge-patch+json',
+        body: { metadata: { annotations: { [REPORT_ANNOTATION]: value } } },
+      });
     },
     onPublished: (value) => {
       metrics.reportWrite('ok');

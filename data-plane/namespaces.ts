@@ -4,20 +4,20 @@
  * RBAC to list Namespaces (403) still serves: `namespaceObject` is then null, and readiness
  * says so instead of waiting forever.
  */
-import type { KubeConfig, KubernetesObject } from '@kubernetes/client-node';
+import type { KubernetesObject } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { statusCodeOf } from '../lib/kube/errors.ts';
 import { Reflector } from '../lib/kube/reflector.ts';
-import { kubeConfigTarget } from '../lib/kube/api.ts';
+import type { ApiTarget } from '../lib/kube/api.ts';
 
 export class NamespaceCache {
   readonly #reflector: Reflector<KubernetesObject>;
   #forbidden: string | undefined;
   #lastError: string | undefined;
 
-  constructor({ kc, logger }: { kc: KubeConfig; logger: Logger }) {
+  constructor({ api, logger }: { api: ApiTarget; logger: Logger }) {
     this.#reflector = new Reflector<KubernetesObject>({
-      api: kubeConfigTarget(kc),
+      api,
       path: '/api/v1/namespaces',
       onSynced: () => {
         this.#forbidden = undefined;

@@ -4,7 +4,7 @@
  * publishes. A thin shell around lifecycle.ts: every change runs one reconcile pass that
  * plans loads, starts or drops them, and publishes the report.
  */
-import type { KubeConfig, KubernetesObject } from '@kubernetes/client-node';
+import type { KubernetesObject } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { POLICY_SERVER_LABEL } from '../api/constants.ts';
 import { encodeReplicaReport } from '../api/report.ts';
@@ -27,10 +27,11 @@ import {
 } from './lifecycle.ts';
 import { loadNeed, type LoadDeps } from './load.ts';
 import type { PolicyServerMetrics } from './metrics.ts';
-import { kubeConfigTarget } from '../lib/kube/api.ts';
+import type { ApiTarget } from '../lib/kube/api.ts';
 
 export interface ReplicaOptions {
-  kc: KubeConfig;
+  /** The apiserver, with this replica's credentials. */
+  api: ApiTarget;
   /** The PolicyServer whose Policies this replica loads. */
   server: string;
   logger: Logger;
@@ -86,7 +87,7 @@ export class Replica {
   ): Reflector<KubernetesObject> {
     const changed = () => this.#schedule();
     return new Reflector<KubernetesObject>({
-      api: kubeConfigTarget(this.#options.kc),
+      api: this.#options.api,
       ...what,
       onAdd: changed,
       onUpdate: changed,

@@ -146,7 +146,8 @@ interface KubeconfigFile {
 /**
  * The credentials of a kubeconfig's current context (`document`, the parsed file), or
  * `undefined` when its user or cluster needs what only client-node does (an exec or
- * auth-provider plugin, a proxy). Files it names are relative to `baseDir`.
+ * auth-provider plugin, a proxy). client-node's own in-cluster form, `auth-provider` named
+ * `tokenFile`, is a token file. Files it names are relative to `baseDir`.
  */
 export function kubeconfigCredentials(document: unknown, baseDir: string): Credentials | undefined {
   const file = (document ?? {}) as KubeconfigFile;
@@ -156,10 +157,12 @@ export function kubeconfigCredentials(document: unknown, baseDir: string): Crede
   const cluster = file.clusters?.find((c) => c.name === context.cluster)?.cluster;
   if (!cluster) throw new Error(`the kubeconfig has no cluster named '${context.cluster ?? ''}'`);
   const user = file.users?.find((u) => u.name === context.user)?.user ?? {};
-  if (user['exec'] || user['auth-provider'] || cluster['proxy-url']) return undefined;
-
   const str = (o: Record<string, unknown>, k: string) =>
     typeof o[k] === 'string' ? o[k] : undefined;
+  const tokenFile = str(user, 'tokenFile') ?? tokenFileProvider(user['auth-provider']);
+  if (user['exec'] || (user['auth-provider'] && !tokenFile) || cluster['proxy-url'])
+    return undefined;
+
   // `<name>-data` is base64 inline; `<name>` is a file, relative to the kubeconfig's folder.
   const material = (o: Record<string, unknown>, name: string) => {
     const data = str(o, `${name}-data`);
@@ -169,7 +172,6 @@ export function kubeconfigCredentials(document: unknown, baseDir: string): Crede
   };
   const server = str(cluster, 'server');
   if (!server) throw new Error(`the kubeconfig's cluster '${context.cluster}' has no server`);
-  const tokenFile = str(user, 'tokenFile');
   return {
     server,
     ca: material(cluster, 'certificate-authority'),
@@ -182,6 +184,13 @@ export function kubeconfigCredentials(document: unknown, baseDir: string): Crede
     username: str(user, 'username'),
     password: str(user, 'password'),
   };
+}
+
+/** The file of client-node's `auth-provider: {name: tokenFile, config: {tokenFile}}`, if that. */
+function tokenFileProvider(provider: unknown): string | undefined {
+  const { name, config } = (provider ?? {}) as { name?: unknown; config?: { tokenFile?: unknown } };
+  const file = config?.tokenFile;
+  return name === 'tokenFile' && typeof file === 'string' ? file : undefined;
 }
 
 /** The ApiTarget of the kubeconfig at `path`, or of the pod's service account when there is none. */

@@ -76,9 +76,19 @@ describe('kubeconfigCredentials', () => {
     assert.equal(c?.serverName, 'api');
   });
 
+  test("reads client-node's in-cluster form (auth-provider tokenFile) as a token file", () => {
+    const c = kubeconfigCredentials(
+      kubeconfig('auth-provider: { name: tokenFile, config: { tokenFile: token } }'),
+      dir,
+    );
+    assert.equal(c?.tokenFile, join(dir, 'token'));
+    assert.equal(c?.token, undefined);
+  });
+
   for (const [name, user, cluster] of [
     ['an exec plugin', 'exec: { command: aws }', undefined],
     ['an auth-provider', 'auth-provider: { name: oidc }', undefined],
+    ['a tokenFile auth-provider without a file', 'auth-provider: { name: tokenFile }', undefined],
     ['a proxy', 'token: t', 'server: https://h, proxy-url: http://proxy:3128'],
   ] as const)
     test(`leaves ${name} to client-node (undefined)`, () => {

@@ -80,8 +80,8 @@ export interface TokenKubeconfigInput {
   namespace: string;
   /**
    * The token itself, or a file that holds it and is rewritten as it rotates. A file is
-   * written in client-node's in-cluster form (`auth-provider: tokenFile`, reread every
-   * minute), which is what rollcall's processes use; kubectl does not read that form.
+   * written in client-node's in-cluster form (`auth-provider: tokenFile`), which client-node
+   * rereads every minute and lib/kube/api.ts on every request; kubectl does not read it.
    */
   token: { value: string } | { file: string };
 }
