@@ -125,7 +125,7 @@ export function printTable({
       );
   }
   console.log(
-    `6 memory (${m.pods} pods, ${m.policies} policies), RSS MiB: watcher ${fmt(m.loaded.watcherMiB)} (peak ${fmt(m.loaded.watcherPeakMiB)}, idle ${fmt(m.idle.watcherMiB)}); worker ${fmt(m.loaded.workerMiB)} (peak ${fmt(m.loaded.workerPeakMiB)}, idle ${fmt(m.idle.workerMiB)}); rollcall run + its Redis ${fmt(m.allInOne.runMiB + m.allInOne.redisMiB)} (${fmt(m.allInOne.runMiB)} + ${fmt(m.allInOne.redisMiB)}, peak ${fmt(m.allInOne.peakMiB)}); controller-runtime peer ${fmt(m.peerMiB)} (peak ${fmt(m.peerPeakMiB)}); baseline poller peak ${fmt(m.pollerPeakMiB)}`,
+    `6 memory (${m.pods} pods, ${m.policies} policies), RSS MiB: watcher ${fmt(m.loaded.watcherMiB)} (peak ${fmt(m.loaded.watcherPeakMiB)}, idle ${fmt(m.idle.watcherMiB)}); worker ${fmt(m.loaded.workerMiB)} (peak ${fmt(m.loaded.workerPeakMiB)}, idle ${fmt(m.idle.workerMiB)}); rollcall run + its Redis ${fmt(m.allInOne.runMiB + m.allInOne.redisMiB)} (${fmt(m.allInOne.runMiB)} + ${fmt(m.allInOne.redisMiB)}, of which Redis's data ${fmt(m.allInOne.redisDataMiB)}; peak ${fmt(m.allInOne.peakMiB)}); controller-runtime peer ${fmt(m.peerMiB)} (peak ${fmt(m.peerPeakMiB)}); baseline poller peak ${fmt(m.pollerPeakMiB)}`,
   );
   console.log(
     `7 worker scale-out (${cpus().length} cores): ${scale.map((x) => `${x.workers} → ${fmt(x.runsPerSecond)} runs/s`).join(', ')}`,

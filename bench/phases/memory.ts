@@ -8,6 +8,7 @@ import { metric } from '../../test/support/prom-text.ts';
 import { group, namespace, policyBody, queueIdle, version, type Bench } from '../context.ts';
 import { startPeer } from '../subjects.ts';
 import { join } from 'node:path';
+import { Redis } from 'ioredis';
 import { startRedis } from '../../tooling/cluster/redis.ts';
 import {
   benchDir,
@@ -29,8 +30,12 @@ export interface Memory {
     workerMiB: number;
     workerPeakMiB: number;
   };
-  /** `rollcall run` and its own Redis once idle, and their sum's peak from the start. */
-  allInOne: { runMiB: number; redisMiB: number; peakMiB: number };
+  /**
+   * `rollcall run` and its own Redis once idle, and their sum's peak from the start;
+   * `redisDataMiB` is what Redis says its data takes (INFO used_memory), the rest of its RSS
+   * being the allocator's and the process's.
+   */
+  allInOne: { runMiB: number; redisMiB: number; redisDataMiB: number; peakMiB: number };
   /** The peer once synced and idle, and its peak from start. */
   peerMiB: number;
   peerPeakMiB: number;
@@ -128,6 +133,17 @@ export async function memory(bench: Bench): Promise<Memory> {
   };
 }
 
+/** Redis's own account of its data: INFO's used_memory, in MiB. */
+async function usedMemoryMiB(url: string): Promise<number> {
+  const client = new Redis(url);
+  try {
+    const info = await client.info('memory');
+    return Number(/^used_memory:(\d+)/m.exec(info)?.[1] ?? NaN) / 2 ** 20;
+  } finally {
+    client.disconnect();
+  }
+}
+
 /**
  * `rollcall run` on an empty Redis of its own, from its start (its lists fill the projections,
  * then a run per Policy) until its queue is idle: what a single-process install costs.
@@ -146,6 +162,7 @@ async function runWithRedis(bench: Bench): Promise<Memory['allInOne']> {
     return {
       runMiB: rssSampler(() => [pid]).stop(),
       redisMiB: rssSampler(() => [redis.pid]).stop(),
+      redisDataMiB: await usedMemoryMiB(redis.url),
       peakMiB: peak.stop(),
     };
   } finally {
