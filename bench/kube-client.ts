@@ -2,8 +2,8 @@
 // client-node ships it (a new undici Agent, so a new TLS connection, per request), with
 // rollcall's PooledKubeConfig (lib/kube/kube-config.ts, for the tooling), and rollcall's own
 // client (lib/kube/api.ts, every role), in the same run against the same apiserver.
-// Connections are counted from undici's and node:net's diagnostics channels, not by the code
-// under test; CPU is this process's. Without an argument it starts the local cluster
+// Connections are counted from node:net's diagnostics channel, not by the code under test;
+// CPU is this process's. Without an argument it starts the local cluster
 // (.rollcall/local) if needed.
 import dc from 'node:diagnostics_channel';
 import { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
@@ -19,7 +19,7 @@ const kubeconfig =
   process.argv[2] ?? (await up(localDir, (l) => console.error(`[cluster] ${l}`))).kubeconfig;
 
 let connections = 0;
-dc.subscribe('undici:client:connected', () => connections++);
+// Every client's sockets, undici's included, pass through node:net.
 dc.subscribe('net.client.socket', () => connections++);
 
 /** The same list request through client-node's generated client. */
