@@ -1,5 +1,6 @@
-// A small client of the Kubernetes API for the watcher and the workers: JSON requests and
-// watches on node:http(s), with the credentials of a kubeconfig or of the pod's service account.
+// A small client of the Kubernetes API for every role (watcher, workers, policy server): JSON
+// requests and watches on node:http(s), with a kubeconfig's or the pod's service account's
+// credentials.
 //
 // Why not @kubernetes/client-node here: loading it loads its whole generated API and undici,
 // 78 MiB of a process's resident memory (bench/RESULTS.md, "Memory"), and its serializer walks
