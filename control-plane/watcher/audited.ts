@@ -194,6 +194,9 @@ export class AuditWatch {
   }
 
   private start(id: string, resource: AuditedResource): void {
+    // stop() may have come while reconcile awaited (discovery, a write): a watch started now
+    // would outlive it and keep a terminating process alive.
+    if (this.stopped) return;
     const w: Watched = {
       resource,
       reflector: new Reflector<KubernetesObject>({
