@@ -17,13 +17,14 @@
 // charts/rollcall/templates/rbac.yaml; test/unit/registry.test.ts fails until they agree.
 //
 // Here, beside roles.ts, rather than in functions/: the watcher and the projections read it
-// too, and it imports nothing of theirs (only api/ and types), so every folder may import it.
+// too, and it imports nothing of theirs (only api/, lib/ and types), so every folder may import it.
 import {
   API_VERSION,
   MANAGED_BY,
   MANAGED_BY_LABEL,
   POLICY_SERVER_LABEL,
 } from '../api/constants.ts';
+import { groupVersionPath } from '../lib/kube/api.ts';
 import type { ClusterIndex, ReconcileFunction, WatchEvent } from './functions/types.ts';
 
 /** Where a kind is watched and what it is kept as. */
@@ -150,7 +151,7 @@ export function apiGroupOf(kind: WatchedKind): string {
 /** The collection a kind is listed and watched at, in `namespace` for a namespaced kind. */
 export function apiPath(kind: WatchedKind, namespace: string): string {
   const { apiVersion, resource, namespaced } = WATCHED_KINDS[kind];
-  const base = apiGroupOf(kind) === '' ? `/api/${apiVersion}` : `/apis/${apiVersion}`;
+  const base = groupVersionPath(apiVersion);
   return namespaced ? `${base}/namespaces/${namespace}/${resource}` : `${base}/${resource}`;
 }
 

@@ -19,8 +19,6 @@ import { startHttpServer, type HttpServer, type Readiness } from './http/http.ts
 import { mountUis } from './http/ui.ts';
 import { Watcher } from './watcher/watcher.ts';
 import { startWorker, type StartedWorker } from './worker.ts';
-import { KubeWriter } from './functions/kube-writer.ts';
-import { kubeRequestCounter } from './worker-metrics.ts';
 import type { Config } from './config.ts';
 import { createLogger } from '../lib/logger.ts';
 import { releaseAfterBursts } from '../lib/release-memory.ts';
@@ -103,7 +101,6 @@ export async function startRoles(
         onFailover: ({ from, to }) => logger.warn({ from, to }, 'Redis primary changed (failover)'),
       })
     : undefined;
-  const recordRequest = kubeRequestCounter(registry);
   const queueMetrics = new QueueMetrics({ registry, depth: () => queue.counts() });
   const queue = new WorkQueue({
     connection: producer,
@@ -143,7 +140,6 @@ export async function startRoles(
       registry,
       queueMetrics,
       logger,
-      kubeWriter: (gate) => new KubeWriter(api, gate, recordRequest),
       noteWork: memory.noteWork,
       api,
     });

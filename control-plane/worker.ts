@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Config } from './config.ts';
 import { EventRecorder } from './functions/event-recorder.ts';
-import type { KubeWriter } from './functions/kube-writer.ts';
+import { KubeWriter } from './functions/kube-writer.ts';
 import { certificateExpiryGauge } from './functions/policyserver-metrics.ts';
 import type { FunctionConfig, FunctionContext, ReconcileFunction } from './functions/types.ts';
 import { AuditStore } from './projections/audit-store.ts';
@@ -19,9 +19,13 @@ import {
   type QueueMetrics,
   type RunningWorker,
   type WorkQueue,
-  type WriteGate,
 } from './queue/index.ts';
-import { eventMetrics, stageTimer, writeWindowGauge } from './worker-metrics.ts';
+import {
+  eventMetrics,
+  kubeRequestCounter,
+  stageTimer,
+  writeWindowGauge,
+} from './worker-metrics.ts';
 
 export interface WorkerOptions {
   config: Config;
@@ -31,11 +35,9 @@ export interface WorkerOptions {
   registry: Registry;
   queueMetrics: QueueMetrics;
   logger: Logger;
-  /** A KubeWriter whose writes pass through `gate`. */
-  kubeWriter(gate: WriteGate): KubeWriter;
   /** Told of each run (roles.ts gives the memory a burst freed back to the OS). */
   noteWork(count: number): void;
-  /** The apiserver (the audit's reads and Reports). */
+  /** The apiserver (every function's requests: KubeWriter's, the audit's reads and Reports). */
   api: ApiTarget;
 }
 
@@ -75,6 +77,7 @@ export async function startWorker(options: WorkerOptions): Promise<StartedWorker
     config: functionConfig(config),
     enqueue: async (keys: readonly string[]) => void (await options.queue.enqueueMany(keys)),
   };
+  const recordRequest = kubeRequestCounter(registry);
   const timedFor = stageTimer(registry);
   const recorder = backgroundEvents(registry, logger.child({ role: 'worker' }));
   const handlers: Record<string, Handler> = {};
@@ -82,7 +85,7 @@ export async function startWorker(options: WorkerOptions): Promise<StartedWorker
     const timed = timedFor(fn.name);
     handlers[fn.name] = (_key, ctx) => {
       options.noteWork(1);
-      const kube = options.kubeWriter(ctx.writeGate);
+      const kube = new KubeWriter(options.api, ctx.writeGate, recordRequest);
       const fctx: FunctionContext = {
         ...ctx,
         ...shared,

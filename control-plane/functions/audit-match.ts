@@ -4,6 +4,7 @@
 // audit core to pick the pairs to judge. matchConditions are the policy server's (it judges
 // a pair they exclude as `skip`).
 import { actionsOf, type LabelSelector, type Policy, type Rule } from '../../api/v1alpha1.ts';
+import { groupVersionPath } from '../../lib/kube/api.ts';
 import { selects } from '../../lib/kube/label-selector.ts';
 import { GROUP } from '../../api/constants.ts';
 import { OPENREPORTS_GROUP } from '../../api/audit.ts';
@@ -25,7 +26,7 @@ export function resourceId(r: Pick<AuditedResource, 'group' | 'version' | 'resou
 
 /** The collection path of a resource, in `namespace` when given. */
 export function collectionPath(r: AuditedResource, namespace: string | undefined): string {
-  const base = r.group === '' ? `/api/${r.version}` : `/apis/${r.group}/${r.version}`;
+  const base = groupVersionPath(apiVersionOf(r));
   return namespace === undefined
     ? `${base}/${r.resource}`
     : `${base}/namespaces/${namespace}/${r.resource}`;

@@ -5,21 +5,20 @@
 // after Retry-After, and the rest into per-key backoff.
 import { randomBytes } from 'node:crypto';
 import type { V1Secret } from '@kubernetes/client-node';
-import {
-  API_VERSION,
-  FIELD_MANAGER,
-  GROUP,
-  REVISION_LABEL_POLICY,
-  VERSION,
-} from '../../api/constants.ts';
+import { API_VERSION, FIELD_MANAGER, REVISION_LABEL_POLICY } from '../../api/constants.ts';
 import type { KubeObject } from '../../api/kube.ts';
 import { policyRevisionSchema, type PolicyRevision } from '../../api/v1alpha1.ts';
-import { requestJson, type ApiTarget } from '../../lib/kube/api.ts';
+import {
+  groupVersionPath,
+  requestJson,
+  type ApiTarget,
+  type RequestOptions,
+} from '../../lib/kube/api.ts';
 import { isConflict, isNotFound, statusCodeOf } from '../../lib/kube/errors.ts';
 import type { WriteGate } from '../queue/index.ts';
 
 /** Where rollcall's own kinds live. */
-const ROLLCALL_API = `/apis/${GROUP}/${VERSION}`;
+const ROLLCALL_API = groupVersionPath(API_VERSION);
 const REVISIONS = `${ROLLCALL_API}/policyrevisions`;
 const WEBHOOKS = '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations';
 
@@ -36,7 +35,7 @@ export function objectPath(obj: KubeObject): string {
   const resource = APPLIED_RESOURCES[kind];
   if (!resource || !apiVersion || !metadata?.name)
     throw new Error(`rollcall does not apply ${kind || 'an object without a kind'}`);
-  const base = apiVersion.includes('/') ? `/apis/${apiVersion}` : `/api/${apiVersion}`;
+  const base = groupVersionPath(apiVersion);
   const scope = metadata.namespace ? `/namespaces/${metadata.namespace}` : '';
   return `${base}${scope}/${resource}/${metadata.name}`;
 }
@@ -93,7 +92,7 @@ export class KubeWriter {
     verb: string,
     method: string,
     path: string,
-    options: Parameters<typeof requestJson>[3] = {},
+    options: RequestOptions = {},
   ): Promise<unknown> {
     const call = () => requestJson(this.api, method, path, options);
     try {

@@ -52,6 +52,11 @@ export function asStatus(value: unknown): KubeStatus | undefined {
   };
 }
 
+/** The path of an apiVersion's API: `/api/v1` for the core group, `/apis/apps/v1` for others. */
+export function groupVersionPath(apiVersion: string): string {
+  return apiVersion.includes('/') ? `/apis/${apiVersion}` : `/api/${apiVersion}`;
+}
+
 /** Where the apiserver is and how to reach it: what one request needs. */
 export interface ApiTarget {
   /** The apiserver's URL, e.g. `https://127.0.0.1:6443`. */
@@ -288,6 +293,9 @@ function answer(res: http.IncomingMessage): Promise<unknown> {
   });
 }
 
+/** What `requestJson` takes besides its method and path. */
+export type RequestOptions = SendOptions & { timeoutMs?: number };
+
 /**
  * How long a request (not a watch) may take: longer than the apiserver's own limit
  * (`--request-timeout`, 60 s by default), so a slow apiserver answers first, while a connection
@@ -304,7 +312,7 @@ export async function requestJson(
   target: ApiTarget,
   method: string,
   path: string,
-  options: SendOptions & { timeoutMs?: number } = {},
+  options: RequestOptions = {},
 ): Promise<unknown> {
   const { timeoutMs = REQUEST_TIMEOUT_MS, ...rest } = options;
   const timeout = AbortSignal.timeout(timeoutMs);
