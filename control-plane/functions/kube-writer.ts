@@ -23,16 +23,17 @@ const REVISIONS = `${ROLLCALL_API}/policyrevisions`;
 const WEBHOOKS = '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations';
 
 /** The kinds rollcall applies (webhook-core.ts, policyserver-core.ts), by their plural resource. */
-const APPLIED_RESOURCES: Readonly<Record<string, string>> = {
-  Deployment: 'deployments',
-  Service: 'services',
-  ValidatingWebhookConfiguration: 'validatingwebhookconfigurations',
-};
+const APPLIED_RESOURCES: ReadonlyMap<string, string> = new Map([
+  ['Deployment', 'deployments'],
+  ['Service', 'services'],
+  ['ValidatingWebhookConfiguration', 'validatingwebhookconfigurations'],
+]);
 
 /** An object's URL path: namespaced when its metadata names a namespace. */
 export function objectPath(obj: KubeObject): string {
   const { apiVersion = '', kind = '', metadata } = obj;
-  const resource = APPLIED_RESOURCES[kind];
+  // A Map: a plain object would take `constructor` or `valueOf` for a kind it knows.
+  const resource = APPLIED_RESOURCES.get(kind);
   if (!resource || !apiVersion || !metadata?.name)
     throw new Error(`rollcall does not apply ${kind || 'an object without a kind'}`);
   const base = groupVersionPath(apiVersion);

@@ -37,6 +37,50 @@ describe('objectPath', () => {
   });
 });
 
+describe('objectPath, against generated objects', () => {
+  const applied = ['Service', 'Deployment', 'ValidatingWebhookConfiguration'];
+  const dnsLabel = fc.stringMatching(/^[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?$/);
+
+  test('property: any kind but the three it applies is refused, whatever the rest says', () => {
+    fc.assert(
+      fc.property(
+        fc.string().filter((k) => !applied.includes(k)),
+        fc.string(),
+        fc.option(fc.string(), { nil: undefined }),
+        (kind, apiVersion, namespace) => {
+          assert.throws(
+            () => objectPath({ apiVersion, kind, metadata: { name: 'n', namespace } }),
+            /rollcall does not apply/,
+          );
+        },
+      ),
+    );
+  });
+
+  test('property: an applied kind lands at its own name, in its namespace or none', () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom(...applied),
+        fc.constantFrom('v1', 'apps/v1', 'admissionregistration.k8s.io/v1'),
+        dnsLabel,
+        fc.option(dnsLabel, { nil: undefined }),
+        (kind, apiVersion, name, namespace) => {
+          const segments = objectPath({ apiVersion, kind, metadata: { name, namespace } })
+            .split('/')
+            .slice(1);
+          assert.equal(segments.at(-1), name);
+          const scope = namespace === undefined ? [] : ['namespaces', namespace];
+          assert.deepEqual(segments.slice(-2 - scope.length, -2), scope);
+          assert.deepEqual(segments.slice(0, -2 - scope.length), [
+            apiVersion.includes('/') ? 'apis' : 'api',
+            ...apiVersion.split('/'),
+          ]);
+        },
+      ),
+    );
+  });
+});
+
 describe('microTime', () => {
   test('is RFC 3339 with six fractional digits, and reads back as the same instant', () => {
     fc.assert(

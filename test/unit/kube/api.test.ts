@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import fc from 'fast-check';
 import { parse } from 'yaml';
 import {
   credentialsTarget,
@@ -83,6 +84,22 @@ describe('kubeconfigCredentials', () => {
     );
     assert.equal(c?.tokenFile, join(dir, 'token'));
     assert.equal(c?.token, undefined);
+  });
+
+  test('property: an auth-provider other than tokenFile with a file is always handed to client-node', () => {
+    fc.assert(
+      fc.property(
+        fc.string().filter((name) => name !== 'tokenFile'),
+        fc.dictionary(fc.string(), fc.oneof(fc.string(), fc.integer(), fc.constant(null))),
+        (name, config) => {
+          const document = kubeconfig('token: t');
+          (document as { users: { user: Record<string, unknown> }[] }).users[0]!.user = {
+            'auth-provider': { name, config },
+          };
+          assert.equal(kubeconfigCredentials(document, dir), undefined);
+        },
+      ),
+    );
   });
 
   for (const [name, user, cluster] of [
@@ -256,6 +273,45 @@ describe('requests and watches', () => {
       assert.match(err.message, /did not answer GET \/slow within 200 ms/, stall);
       assert.ok(Date.now() - started < 5000, stall);
     }
+  });
+
+  test('property: a server that trickles its answer, from any point and at any pace, is given up on in time', async () => {
+    const timers = new Set<NodeJS.Timeout>();
+    await fc.assert(
+      fc.asyncProperty(
+        fc.record({
+          // How much of a valid answer comes at once, then one byte per `everyMs`, never ending.
+          prefix: fc.integer({ min: 0, max: 40 }),
+          everyMs: fc.integer({ min: 1, max: 80 }),
+          timeoutMs: fc.integer({ min: 50, max: 250 }),
+          headers: fc.boolean(),
+        }),
+        async ({ prefix, everyMs, timeoutMs, headers }) => {
+          const body = JSON.stringify({ items: Array.from({ length: 20 }, (_, i) => i) });
+          handle = (_req, res) => {
+            if (!headers) return; // not even the status line
+            res.writeHead(200, { 'content-type': 'application/json' });
+            res.write(body.slice(0, prefix));
+            let at = prefix;
+            const timer = setInterval(() => {
+              // Short of the last byte: the answer is never whole.
+              if (at < body.length - 1 && !res.destroyed) res.write(body[at++]!);
+            }, everyMs);
+            timers.add(timer);
+            res.on('close', () => clearInterval(timer));
+          };
+          const started = Date.now();
+          const err = await requestJson(target, 'GET', '/trickle', { timeoutMs }).catch(
+            (e: unknown) => e,
+          );
+          assert.ok(err instanceof Error);
+          assert.match(err.message, new RegExp(`within ${timeoutMs} ms`));
+          assert.ok(Date.now() - started < timeoutMs + 2000, 'bounded by the timeout');
+        },
+      ),
+      { numRuns: 15 },
+    );
+    for (const t of timers) clearInterval(t);
   });
 
   test('delivers watch events in order, whatever the chunks, and resolves when the server ends', async () => {
