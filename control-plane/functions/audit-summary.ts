@@ -96,7 +96,12 @@ export const auditSummary: ReconcileFunction = {
       now: ctx.now(),
     });
     if (isDeepStrictEqual(audit, previous)) return done();
-    await ctx.timed('write', () => ctx.kube.patchStatus('policies', name, { audit }, undefined));
+    // Unconditional, and whole: the Policy read may lag this function's last write, so each
+    // optional field is named, with null when absent (a merge patch keeps what it does not name).
+    const whole = { errors: null, completedAt: null, failures: null, ...audit };
+    await ctx.timed('write', () =>
+      ctx.kube.patchStatus('policies', name, { audit: whole }, undefined),
+    );
     return done();
   },
 };

@@ -29,6 +29,35 @@ const APPLIED_RESOURCES: ReadonlyMap<string, string> = new Map([
   ['ValidatingWebhookConfiguration', 'validatingwebhookconfigurations'],
 ]);
 
+const isRecord = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Own, and not undefined (JSON leaves an undefined value out: absent, as a missing key). */
+const holds = (o: Record<string, unknown>, key: string) =>
+  Object.hasOwn(o, key) && o[key] !== undefined;
+
+/**
+ * The JSON merge patch (RFC 7386) that turns `before` into `after`. A merge patch keeps the
+ * fields it does not name, at any depth, so each field of `before` that `after` lacks (another
+ * writer's, a served generation that ended, an audit pass not complete yet) is named with null.
+ * Lists are replaced whole.
+ */
+export function statusPatch(before: unknown, after: object): Record<string, unknown> {
+  const old = isRecord(before) ? before : {};
+  const next = after as Record<string, unknown>;
+  const removed = Object.keys(old)
+    .filter((key) => !holds(next, key))
+    .map((key) => [key, null]);
+  const written = Object.keys(next)
+    .filter((key) => holds(next, key))
+    .map((key) => {
+      const [was, value] = [holds(old, key) ? old[key] : undefined, next[key]];
+      return [key, isRecord(was) && isRecord(value) ? statusPatch(was, value) : value];
+    });
+  // fromEntries: a key such as __proto__ stays a field, as JSON.parse would make it.
+  return Object.fromEntries([...removed, ...written]);
+}
+
 /** An object's URL path: namespaced when its metadata names a namespace. */
 export function objectPath(obj: KubeObject): string {
   const { apiVersion = '', kind = '', metadata } = obj;
@@ -107,9 +136,8 @@ export class KubeWriter {
   }
 
   /**
-   * Replaces the status of a cluster-scoped rollcall object with `status`. A merge patch keeps
-   * fields it does not mention, so fields of the status `read` had that `status` lacks (another
-   * writer's, or a served generation that ended) are removed explicitly with null. With `read`'s
+   * Replaces the status of a cluster-scoped rollcall object with `status`, with a merge patch
+   * (statusPatch) that also removes what of `read`'s status `status` lacks. With `read`'s
    * resourceVersion the write is conditional: `status` was computed, and its Events chosen,
    * against that version. False when nothing was written: the object is gone, or it changed
    * since it was read (its watch event brings a newer read).
@@ -120,11 +148,6 @@ export class KubeWriter {
     status: object,
     read: { metadata?: { resourceVersion?: string }; status?: object } | undefined,
   ): Promise<boolean> {
-    const removed = Object.fromEntries(
-      Object.keys(read?.status ?? {})
-        .filter((k) => !(k in status))
-        .map((k) => [k, null]),
-    );
     const resourceVersion = read?.metadata?.resourceVersion;
     try {
       await this.request('patch', 'PATCH', `${ROLLCALL_API}/${plural}/${name}/status`, {
@@ -133,7 +156,7 @@ export class KubeWriter {
         contentType: 'application/merge-patch+json',
         body: {
           ...(resourceVersion === undefined ? {} : { metadata: { resourceVersion } }),
-          status: { ...removed, ...status },
+          status: statusPatch(read?.status, status),
         },
       });
       return true;

@@ -1,10 +1,14 @@
-// The pure parts of the worker's API client: where an applied object is written, and the
-// MicroTime an Event carries. The requests themselves run against the real apiserver in the
+// The pure parts of the worker's API client: where an applied object is written, the merge
+// patch a status is written with, and the MicroTime an Event carries. The requests themselves run against the real apiserver in the
 // integration tests (api/crds, e2e/*, reliability/throttling).
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { microTime, objectPath } from '../../../control-plane/functions/kube-writer.ts';
+import {
+  microTime,
+  objectPath,
+  statusPatch,
+} from '../../../control-plane/functions/kube-writer.ts';
 
 describe('objectPath', () => {
   test('puts each kind rollcall applies at its resource, namespaced when the object names a namespace', () => {
@@ -77,6 +81,80 @@ describe('objectPath, against generated objects', () => {
           ]);
         },
       ),
+    );
+  });
+});
+
+/** RFC 7386 as the apiserver applies a merge patch: null removes, objects merge, the rest replaces. */
+function applyMergePatch(target: unknown, patch: unknown): unknown {
+  if (typeof patch !== 'object' || patch === null || Array.isArray(patch)) return patch;
+  const out: Record<string, unknown> =
+    typeof target === 'object' && target !== null && !Array.isArray(target)
+      ? { ...(target as Record<string, unknown>) }
+      : {};
+  for (const [key, value] of Object.entries(patch)) {
+    if (value === null) delete out[key];
+    else
+      Object.defineProperty(out, key, {
+        value: applyMergePatch(out[key], value),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+  }
+  return out;
+}
+
+/** A status as JSON carries it: undefined values are left out. */
+const asJson = (v: unknown): unknown => JSON.parse(JSON.stringify(v));
+
+describe('statusPatch', () => {
+  test('removes a nested field the new status lacks: an audit pass of a new generation not complete yet', () => {
+    const before = {
+      ready: '2/2',
+      audit: { generation: 1, checked: 99, failing: 29, completedAt: '2026-12-07T00:00:00Z' },
+    };
+    const after = { ready: '2/2', audit: { generation: 2, checked: 0, failing: 0 } };
+    const patch = statusPatch(before, after);
+    assert.deepEqual(patch, {
+      ready: '2/2',
+      audit: { completedAt: null, generation: 2, checked: 0, failing: 0 },
+    });
+    assert.deepEqual(applyMergePatch(before, patch), after);
+  });
+
+  test('an external certificate renewed in time loses its expiresSoon', () => {
+    const before = { certificate: { secret: 's', notAfter: 'a', expiresSoon: true } };
+    const after = { certificate: { secret: 's', notAfter: 'b', expiresSoon: undefined } };
+    assert.deepEqual(applyMergePatch(before, asJson(statusPatch(before, after))), asJson(after));
+  });
+
+  // Statuses hold no null (their schemas have none): null in a merge patch means remove.
+  const json = fc.letrec((tie) => ({
+    value: fc.oneof(
+      { depthSize: 'small' },
+      fc.boolean(),
+      fc.integer(),
+      fc.string(),
+      fc.constant(undefined),
+      fc.array(tie('value'), { maxLength: 3 }),
+      tie('object'),
+    ),
+    object: fc.dictionary(
+      fc.oneof(fc.constantFrom('audit', 'completedAt', '__proto__', 'constructor'), fc.string()),
+      tie('value'),
+      { maxKeys: 4 },
+    ),
+  }));
+
+  test('property: applied to what was read, the patch leaves exactly the new status, at any depth', () => {
+    fc.assert(
+      fc.property(json.object, json.object, (before, after) => {
+        const read = asJson(before);
+        const patch = asJson(statusPatch(read, after as object));
+        assert.deepEqual(applyMergePatch(read, patch), asJson(after));
+      }),
+      { numRuns: 2000 },
     );
   });
 });
