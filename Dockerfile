@@ -1,5 +1,6 @@
 # rollcall: one image for every role. The sources are TypeScript run directly by Node 24's
-# type stripping (no build step), so the image is production node_modules + the sources.
+# type stripping (no build step), so the image is production node_modules + the sources, and
+# Node's compile cache of them, filled while the image is built.
 #   podman build -t REGISTRY/rollcall:0.1.0 .       (or docker build)
 #   docker run rollcall:0.1.0 watcher | worker | run | policy-server | --help
 # Checked by test/integration/deploy/dockerfile.test.ts (hadolint when installed, and a checklist)
@@ -19,14 +20,29 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
     && npm cache clean --force
 
-# Stage 2: the runtime. No npm, no shell scripts at start: node runs the CLI directly, so the
+# Stage 2: Node's compile cache of the runtime (cli/compile-cache.ts), so that a role starts
+# without stripping its TypeScript (the stripper, WebAssembly, is never loaded: 18 MiB) or
+# compiling what the cache holds: 25 MiB less per process, measured. Filled at the runtime's paths
+# and as its user, uid 1000: Node keys the cache by user, by its version and by the V8 flags
+# that change code (heap sizes do not).
+FROM ${BASE} AS compile-cache
+WORKDIR /app
+COPY --from=deps /app/node_modules ./node_modules
+COPY . .
+USER 1000:1000
+RUN NODE_COMPILE_CACHE=/tmp/compile-cache node cli/compile-cache.ts \
+    && chmod -R a+rX,a-w /tmp/compile-cache
+
+# Stage 3: the runtime. No npm, no shell scripts at start: node runs the CLI directly, so the
 # process writes nothing to disk (pino logs to stdout, BullMQ only reads its Lua scripts) and
 # a read-only root filesystem works; /tmp is the only writable place the manifests mount.
 FROM ${BASE}
-ENV NODE_ENV=production
+ENV NODE_ENV=production NODE_COMPILE_CACHE=/var/cache/rollcall
 WORKDIR /app
-# Owned by root and not writable by the app user: the code cannot be modified at run time.
+# Owned by root and not writable by the app user: neither the code nor its compile cache can be
+# modified at run time (Node reads the cache; an entry whose source differs is not used).
 COPY --from=deps --chown=root:root /app/node_modules ./node_modules
+COPY --from=compile-cache --chown=root:root /tmp/compile-cache /var/cache/rollcall
 # .dockerignore is an allowlist: only the runtime sources, the CRDs and package metadata.
 COPY --chown=root:root . .
 # The node user of the base image (uid 1000), numeric so runAsNonRoot can verify it.

@@ -1,8 +1,8 @@
 // Observation tools for the benchmark: a counting proxy in front of the apiserver, processes
 // run as the image runs them, their /metrics and RSS, and a watch that records every Policy
 // status change. Nothing here asks the code under test about itself except /metrics.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdirSync, readFileSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { createWriteStream, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
@@ -163,7 +163,25 @@ interface DeployedRole {
   spec: { template: { spec: { containers: { env?: { name: string; value?: string }[] }[] } } };
 }
 
-/** `rollcall <role>` exactly as the image runs it (its NODE_OPTIONS too), against the proxy's kubeconfig. */
+let compileCache: string | undefined;
+
+/** Node's compile cache of the runtime, filled once per bench run as the image's build fills it. */
+function filledCompileCache(): string {
+  if (compileCache !== undefined) return compileCache;
+  const dir = join(benchDir, 'compile-cache');
+  rmSync(dir, { recursive: true, force: true });
+  const filled = spawnSync(process.execPath, [join(repoRoot, 'cli', 'compile-cache.ts')], {
+    env: { ...process.env, NODE_COMPILE_CACHE: dir },
+    encoding: 'utf8',
+  });
+  if (filled.status !== 0) throw new Error(`cli/compile-cache.ts failed: ${filled.stderr}`);
+  return (compileCache = dir);
+}
+
+/**
+ * `rollcall <role>` exactly as the image runs it (its NODE_OPTIONS and compile cache too),
+ * against the proxy's kubeconfig.
+ */
 export function startRollcall(
   name: string,
   role: string,
@@ -184,6 +202,7 @@ export function startRollcall(
   return startProcess(name, 'cli/rollcall.ts', args, {
     KUBECONFIG: opts.kubeconfig,
     NODE_OPTIONS: nodeOptions.join(' ').trim(),
+    NODE_COMPILE_CACHE: filledCompileCache(),
   });
 }
 

@@ -9,11 +9,14 @@
 //   6. .dockerignore keeps node_modules, .git and .rollcall out, and lets in every file the CLI
 //      imports; every package the CLI imports is a production dependency
 //   7. the roles in deploy/ are commands of that CLI, the one the tests run (startRollcall)
+//   8. the runtime starts from Node's compile cache: filled by cli/compile-cache.ts as uid 1000
+//      over the directories .dockerignore lets in, then copied owned by root
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, test } from 'node:test';
+import { RUNTIME_DIRS } from '../../../cli/compile-cache.ts';
 import { repoRoot } from '../../../tooling/cluster/paths.ts';
 import { dockerIgnored, readDockerignore } from '../../../tooling/image/docker-context.ts';
 import { build } from './manifests.ts';
@@ -229,5 +232,39 @@ describe('Dockerfile', () => {
       ])
         assert.match(out.stdout, new RegExp(env), `${role} documents ${env}`);
     }
+  });
+  test("8. the runtime starts from a compile cache filled as uid 1000 over the runtime's sources, owned by root", () => {
+    const fill = dockerfile.find(
+      (i) => i.op === 'RUN' && /node cli\/compile-cache\.ts/.test(i.args),
+    );
+    assert.ok(fill, 'a stage runs cli/compile-cache.ts');
+    const filled = /NODE_COMPILE_CACHE=(\S+)/.exec(fill.args)?.[1];
+    const user = dockerfile.findLast(
+      (i) =>
+        i.op === 'USER' &&
+        i.stage === fill.stage &&
+        dockerfile.indexOf(i) < dockerfile.indexOf(fill),
+    );
+    assert.equal(
+      user?.args,
+      '1000:1000',
+      'filled by the user the roles run as (Node keys it by user)',
+    );
+    const env = runtime.find((i) => i.op === 'ENV' && /NODE_COMPILE_CACHE=/.test(i.args));
+    const used = /NODE_COMPILE_CACHE=(\S+)/.exec(env?.args ?? '')?.[1];
+    assert.ok(used, 'the runtime sets NODE_COMPILE_CACHE');
+    assert.ok(
+      runtime.some(
+        (i) =>
+          i.op === 'COPY' &&
+          i.args ===
+            `--from=${dockerfile.find((f) => f.stage === fill.stage)!.args.split(/\s+AS\s+/i)[1]} --chown=root:root ${filled} ${used}`,
+      ),
+      'the cache is copied owned by root where NODE_COMPILE_CACHE points',
+    );
+    const allowed = ignore
+      .filter((p) => p.startsWith('!') && p.endsWith('/') && !p.startsWith('!deploy/'))
+      .map((p) => p.slice(1, -1));
+    assert.deepEqual([...RUNTIME_DIRS].sort(), allowed.sort());
   });
 });

@@ -154,6 +154,34 @@ describe("rollcall's image", () => {
     assert.match(demo.output, /runs from a checkout of the repository/);
   });
 
+  test('its roles start from the compile cache the build filled: no TypeScript is stripped at start', async () => {
+    const load = `
+      for (const m of ['control-plane/roles.ts', 'cli/serve.ts', 'data-plane/main.ts'])
+        await import('/app/' + m);
+      console.log('rss ' + process.memoryUsage().rss);`;
+    const run = (env: Record<string, string>) =>
+      runFromImage(image, ['--input-type=module', '-e', load], { entrypoint: ['node'], env });
+    const cached = await run({ NODE_DEBUG_NATIVE: 'COMPILE_CACHE' });
+    assert.equal(cached.code, 0, cached.output);
+    const lines = cached.output.split('\n').filter((l) => l.includes('file:///app/'));
+    assert.ok(
+      lines.some((l) =>
+        /retrieving transpile cache for StrippedTypeScript .*\.\.\.success/.test(l),
+      ),
+      cached.output.slice(0, 2000),
+    );
+    assert.deepEqual(
+      lines.filter((l) => /no transpile cache|not initialized|rejected|denied|failed/.test(l)),
+      [],
+      'every module of the roles is read from the cache',
+    );
+    const uncached = await run({ NODE_DISABLE_COMPILE_CACHE: '1' });
+    const mib = (out: string) => (Number(/^rss (\d+)$/m.exec(out)?.[1]) / 2 ** 20).toFixed(0);
+    log(
+      `importing the roles: ${mib(cached.output)} MiB from the compile cache, ${mib(uncached.output)} MiB without`,
+    );
+  });
+
   test('watcher, worker and policy-server from the image are ready and reconcile a Policy', async () => {
     await ensureNamespace(kc, namespace);
     await installCrds(kc, { info: () => {} });
