@@ -6,10 +6,12 @@ import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Config } from './config.ts';
 import { EventRecorder } from './functions/event-recorder.ts';
-import { KubeWriter } from './functions/kube-writer.ts';
+import { KubeWriter, type StatusWritten } from './functions/kube-writer.ts';
 import { certificateExpiryGauge } from './functions/policyserver-metrics.ts';
 import type { FunctionConfig, FunctionContext, ReconcileFunction } from './functions/types.ts';
+import type { KubeObject } from '../api/kube.ts';
 import { AuditStore } from './projections/audit-store.ts';
+import { compact } from './projections/project.ts';
 import { ProjectionStore } from './projections/store.ts';
 import type { ApiTarget } from '../lib/kube/api.ts';
 import {
@@ -64,6 +66,19 @@ export function functionConfig(config: Config): FunctionConfig {
   };
 }
 
+/**
+ * What a worker does with a status it wrote: it goes to the projections at once, not only when
+ * its watch event comes (store.putWritten says why). Best effort: the event brings it anyway.
+ */
+export function storeWrittenStatus(store: ProjectionStore, logger: Logger): StatusWritten {
+  return async (plural, written, readVersion) => {
+    const kind = plural === 'policies' ? 'policy' : 'policyserver';
+    await store
+      .putWritten(kind, compact(kind, written) as KubeObject, readVersion)
+      .catch((err: unknown) => logger.debug({ err }, 'a written status was not stored early'));
+  };
+}
+
 export async function startWorker(options: WorkerOptions): Promise<StartedWorker> {
   const { config, registry, logger } = options;
   const storeRedis = createRedis(config.redisUrl, 'worker');
@@ -78,6 +93,7 @@ export async function startWorker(options: WorkerOptions): Promise<StartedWorker
     enqueue: async (keys: readonly string[]) => void (await options.queue.enqueueMany(keys)),
   };
   const recordRequest = kubeRequestCounter(registry);
+  const statusWritten = storeWrittenStatus(store, logger);
   const timedFor = stageTimer(registry);
   const recorder = backgroundEvents(registry, logger.child({ role: 'worker' }));
   const handlers: Record<string, Handler> = {};
@@ -85,7 +101,7 @@ export async function startWorker(options: WorkerOptions): Promise<StartedWorker
     const timed = timedFor(fn.name);
     handlers[fn.name] = (_key, ctx) => {
       options.noteWork(1);
-      const kube = new KubeWriter(options.api, ctx.writeGate, recordRequest);
+      const kube = new KubeWriter(options.api, ctx.writeGate, recordRequest, statusWritten);
       const fctx: FunctionContext = {
         ...ctx,
         ...shared,

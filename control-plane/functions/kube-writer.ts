@@ -97,24 +97,32 @@ export interface EventToWrite {
   note: string;
 }
 
+/** Told of each conditional status write: the object as the apiserver answered it. */
+export type StatusWritten = (
+  plural: 'policies' | 'policyservers',
+  written: KubeObject,
+  readVersion: string,
+) => Promise<void>;
+
 export class KubeWriter {
   private readonly api: ApiTarget;
   private readonly gate: WriteGate;
   private readonly record: RequestRecorder;
   /** Where Events about cluster-scoped objects go, as client-go's recorder does. */
   private readonly eventNamespace = 'default';
-  private readonly instance: string;
+  private readonly instance = `rollcall-${process.pid}`;
+  private readonly statusWritten: StatusWritten | undefined;
 
   constructor(
     api: ApiTarget,
     gate: WriteGate,
     record: RequestRecorder = () => {},
-    instance = `rollcall-${process.pid}`,
+    statusWritten?: StatusWritten,
   ) {
     this.api = api;
     this.gate = gate;
     this.record = record;
-    this.instance = instance;
+    this.statusWritten = statusWritten;
   }
 
   /** One request, counted; reads pass by the write gate (they are not writes). */
@@ -139,8 +147,9 @@ export class KubeWriter {
    * Replaces the status of a cluster-scoped rollcall object with `status`, with a merge patch
    * (statusPatch) that also removes what of `read`'s status `status` lacks. With `read`'s
    * resourceVersion the write is conditional: `status` was computed, and its Events chosen,
-   * against that version. False when nothing was written: the object is gone, or it changed
-   * since it was read (its watch event brings a newer read).
+   * against that version, and `statusWritten` is told what was written. False when nothing
+   * was written: the object is gone, or it changed since it was read (its watch event brings a
+   * newer read).
    */
   async patchStatus(
     plural: 'policies' | 'policyservers',
@@ -150,15 +159,22 @@ export class KubeWriter {
   ): Promise<boolean> {
     const resourceVersion = read?.metadata?.resourceVersion;
     try {
-      await this.request('patch', 'PATCH', `${ROLLCALL_API}/${plural}/${name}/status`, {
-        // Named, so that the watcher tells rollcall's status writes from others' (project.ts).
-        query: { fieldManager: FIELD_MANAGER },
-        contentType: 'application/merge-patch+json',
-        body: {
-          ...(resourceVersion === undefined ? {} : { metadata: { resourceVersion } }),
-          status: statusPatch(read?.status, status),
+      const written = await this.request(
+        'patch',
+        'PATCH',
+        `${ROLLCALL_API}/${plural}/${name}/status`,
+        {
+          // Named, so that the watcher tells rollcall's status writes from others' (project.ts).
+          query: { fieldManager: FIELD_MANAGER },
+          contentType: 'application/merge-patch+json',
+          body: {
+            ...(resourceVersion === undefined ? {} : { metadata: { resourceVersion } }),
+            status: statusPatch(read?.status, status),
+          },
         },
-      });
+      );
+      if (resourceVersion !== undefined)
+        await this.statusWritten?.(plural, written as KubeObject, resourceVersion);
       return true;
     } catch (err) {
       if (isNotFound(err) || (isConflict(err) && resourceVersion !== undefined)) return false;

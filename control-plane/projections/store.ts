@@ -116,6 +116,16 @@ return {
 }
 `);
 
+// A status rollcall wrote, in place of the projection it was computed from: only while that
+// is still the one stored (its resourceVersion), so that no newer event is overwritten.
+const putWritten = new RedisScript(`
+local ok, stored = pcall(cjson.decode, redis.call('HGET', KEYS[1], ARGV[1]) or 'null')
+if not ok or type(stored) ~= 'table' or type(stored.metadata) ~= 'table' then return 0 end
+if stored.metadata.resourceVersion ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+`);
+
 export class ProjectionStore {
   readonly redis: RedisClient;
   private readonly base: string;
@@ -209,6 +219,30 @@ export class ProjectionStore {
     this.unfileMoved(tx, kind, name, obj, old);
     this.write(tx, kind, obj, name);
     await tx.exec();
+  }
+
+  /**
+   * Stores a status rollcall wrote (`compact`'s output of the apiserver's answer) if the
+   * projection still holds the version it was computed from (`readVersion`): the next run
+   * reads it without waiting for its watch event (which writes the same), and cannot take the
+   * old status for current. Such a run would compute the old status again, find it equal to
+   * the stored one and write nothing, leaving the written status in place: what a pod that
+   * flapped, or a Redis failover between a write and its event, left behind.
+   * True when stored.
+   */
+  async putWritten(
+    kind: 'policy' | 'policyserver',
+    written: KubeObject,
+    readVersion: string,
+  ): Promise<boolean> {
+    const name = written.metadata?.name;
+    if (!name) return false;
+    const stored = await putWritten.run(
+      this.redis,
+      [this.hash(kind, undefined)],
+      [name, readVersion, JSON.stringify(written)],
+    );
+    return stored === 1;
   }
 
   /** Removes an object's projection, from the server it was filed under (and `old`'s). */

@@ -8,6 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { pino } from 'pino';
 import { parse, stringify } from 'yaml';
 import { OPENREPORTS_API_VERSION, REPORT_SOURCE } from '../../../api/audit.ts';
 import { FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL } from '../../../api/constants.ts';
@@ -15,16 +16,22 @@ import { kubectl } from '../../../tooling/cluster/cluster.ts';
 import {
   VALIDATION_ACTIONS_DENY_WARN_MESSAGE,
   VALIDATION_ACTIONS_UNIQUE_MESSAGE,
+  policySchema,
   type Policy,
 } from '../../../api/v1alpha1.ts';
 import { auditSummary } from '../../../control-plane/functions/audit-summary.ts';
 import { KubeWriter } from '../../../control-plane/functions/kube-writer.ts';
+import { POLICY_SERVER_RESOURCE_PREFIX } from '../../../control-plane/functions/policyserver-core.ts';
+import { compact } from '../../../control-plane/projections/project.ts';
+import { storeWrittenStatus } from '../../../control-plane/worker.ts';
 import { kubeConfigTarget } from '../../../lib/kube/api.ts';
 import { installCrds } from '../../../control-plane/install-crds.ts';
 import { functionContext } from '../../fixtures/function-context.ts';
+import { freshStores } from '../../support/redis.ts';
 import { testCluster, testKubeConfig, uniqueName } from '../../support/kube.ts';
 
 const kc = testKubeConfig();
+const newStore = freshStores('crds');
 const run = (...args: string[]) => kubectl(testCluster(), args);
 /** kubectl that never throws: its exit status and both outputs. */
 const kubectlRun = (args: string[], input?: string) => {
@@ -152,6 +159,60 @@ describe('the rollcall CRDs on the apiserver', () => {
       run('get', 'policies', policy),
       new RegExp(`^${policy}\\s+\\S+\\s+Warn\\s+3/3\\s`, 'm'),
     );
+  });
+
+  test('a status the worker writes is in its projections at once, unless they moved on since its read', async () => {
+    const custom = kc.makeApiClient(CustomObjectsApi);
+    const current = async () =>
+      (await custom.getClusterCustomObject({
+        group: 'rollcall.dev',
+        version: 'v1alpha1',
+        plural: 'policies',
+        name: policy,
+      })) as Policy;
+    /** A Policy as a run reads it from the projections the watcher wrote. */
+    const asStored = (p: Policy) =>
+      policySchema.parse(JSON.parse(JSON.stringify(compact('policy', p))));
+    const store = newStore();
+    const stored = async () =>
+      (await store.policyView(policy, POLICY_SERVER_RESOURCE_PREFIX))?.policy;
+    // As the watcher stores it, and as a worker's run reads it.
+    await store.replaceAll({ policy: [compact('policy', await current())] });
+    const read = (await stored())!;
+    const writer = new KubeWriter(
+      kubeConfigTarget(kc),
+      (write) => write(),
+      undefined,
+      storeWrittenStatus(store, pino({ level: 'silent' })),
+    );
+    assert.ok(await writer.patchStatus('policies', policy, { ...read.status, ready: '2/3' }, read));
+    // No watcher runs here: the next run reads what was written, exactly as its event will bring it.
+    const afterWrite = await current();
+    assert.equal(afterWrite.status?.ready, '2/3');
+    assert.deepEqual(await stored(), asStored(afterWrite));
+
+    // The projections moved on (someone labelled the Policy): an answer to a write computed
+    // from the version before does not take the newer one back.
+    run('label', 'policy', policy, 'crd-test=moved');
+    const moved = await current();
+    await store.put('policy', compact('policy', moved));
+    assert.equal(
+      await store.putWritten(
+        'policy',
+        compact('policy', afterWrite),
+        read.metadata.resourceVersion!,
+      ),
+      false,
+    );
+    assert.equal(
+      await store.putWritten(
+        'policy',
+        compact('policy', afterWrite),
+        afterWrite.metadata.resourceVersion!,
+      ),
+      false,
+    );
+    assert.deepEqual(await stored(), asStored(moved));
   });
 
   test("a status is replaced at every depth: the audit of a new generation drops the last pass's completedAt and failures", async () => {
