@@ -1,6 +1,6 @@
 // Fills Node's compile cache (NODE_COMPILE_CACHE) with every module the roles can load, so
 // that a role starts from it: no TypeScript stripping (its WebAssembly compiler is never
-// loaded, 18 MiB) and no compiling of what the cache holds. The image runs it at build time
+// loaded, 18 MiB) and V8's code cache of every module. The image runs it at build time
 // (Dockerfile) and ships the cache read-only; the bench runs it before it starts the roles.
 // Node keys the cache by its version, the V8 flags that change code (not heap sizes) and the
 // user id, so it is filled by the user that runs the roles.
@@ -29,13 +29,18 @@ if (import.meta.main) {
     console.error('NODE_COMPILE_CACHE is not set: there is no cache to fill');
     process.exit(2);
   }
-  const modules = runtimeModules();
-  // Loading a module runs no role: each starts only from cli/rollcall.ts's main.
-  for (const file of modules)
-    if (file !== import.meta.filename) await import(pathToFileURL(file).href);
-  // Loaded only by `--install-crds` and a kubeconfig (lib/kube/api.ts).
-  await import('@kubernetes/client-node');
-  await import('yaml');
+  const modules = runtimeModules().filter((file) => file !== import.meta.filename);
+  const urls = [
+    ...modules.map((file) => pathToFileURL(file).href),
+    // Loaded only by `--install-crds` and a kubeconfig (lib/kube/api.ts).
+    import.meta.resolve('@kubernetes/client-node'),
+    import.meta.resolve('yaml'),
+  ];
+  // One module that imports them all: every one is compiled before any runs, as a role's are.
+  // One by one, those loaded after data-plane/main.ts ran would be compiled under the V8 flag
+  // it sets, and their code cache refused by every process that does not set it.
+  const all = urls.map((url) => `import ${JSON.stringify(url)};`).join('\n');
+  await import(`data:text/javascript,${encodeURIComponent(all)}`);
   flushCompileCache();
   console.log(`compile cache ${dir}: ${modules.length} modules and what they import`);
 }

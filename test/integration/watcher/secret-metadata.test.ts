@@ -127,12 +127,22 @@ test('the watcher lists and watches Secrets as metadata only: their data never r
   const secrets = `/api/v1/namespaces/${namespace}/secrets`;
   assert.ok(seen('rollcall-webhook-ca').length > 0, 'the list named the Secret');
   assert.deepEqual(seen(b64(key)), [], "the Secret's data reached the watcher");
-  const asked = exchanges.filter((e) => e.path.startsWith(secrets));
-  assert.ok(
-    asked.length >= 2,
-    `a list and a watch of ${secrets}: ${asked.map((e) => e.path).join(', ')}`,
-  );
-  for (const e of asked)
+  const asked = () => exchanges.filter((e) => e.path.startsWith(secrets));
+  // Ready once the list synced; the watch follows it.
+  await eventually(
+    `a list and a watch of ${secrets}`,
+    () => asked().some((e) => e.path.includes('watch=true')),
+    10_000,
+    50,
+  ).catch((err: Error) => {
+    throw new Error(
+      `${err.message}; asked: ${asked()
+        .map((e) => e.path)
+        .join(', ')}`,
+    );
+  });
+  assert.ok(asked().length >= 2);
+  for (const e of asked())
     assert.match(
       e.accept,
       /^application\/json;as=PartialObjectMetadata(List)?;g=meta\.k8s\.io;v=v1$/,
