@@ -15,7 +15,7 @@ export const RUNTIME_DIRS = ['api', 'lib', 'control-plane', 'data-plane', 'cli',
 const root = fileURLToPath(new URL('..', import.meta.url));
 
 /** Every module of the runtime's sources, tests left out. */
-export function runtimeModules(): string[] {
+function runtimeModules(): string[] {
   return RUNTIME_DIRS.flatMap((dir) =>
     readdirSync(join(root, dir), { recursive: true, encoding: 'utf8' })
       .filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts'))

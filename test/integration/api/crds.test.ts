@@ -46,6 +46,14 @@ const kubectlRun = (args: string[], input?: string) => {
 describe('the rollcall CRDs on the apiserver', () => {
   const server = uniqueName('crd').slice(0, 40);
   const policy = uniqueName('crd-pol');
+  /** The Policy as the apiserver has it now. */
+  const currentPolicy = async () =>
+    (await kc.makeApiClient(CustomObjectsApi).getClusterCustomObject({
+      group: 'rollcall.dev',
+      version: 'v1alpha1',
+      plural: 'policies',
+      name: policy,
+    })) as Policy;
 
   before(async () => {
     await installCrds(kc, { info: () => {} });
@@ -143,13 +151,7 @@ describe('the rollcall CRDs on the apiserver', () => {
   });
 
   test('a status written against an older resourceVersion is refused, not applied', async () => {
-    const custom = kc.makeApiClient(CustomObjectsApi);
-    const read = (await custom.getClusterCustomObject({
-      group: 'rollcall.dev',
-      version: 'v1alpha1',
-      plural: 'policies',
-      name: policy,
-    })) as Policy;
+    const read = await currentPolicy();
     const writer = new KubeWriter(kubeConfigTarget(kc), (write) => write());
     const status = (ready: string) => ({ ...read.status, ready });
     assert.equal(await writer.patchStatus('policies', policy, status('3/3'), read), true);
@@ -162,14 +164,6 @@ describe('the rollcall CRDs on the apiserver', () => {
   });
 
   test('a status the worker writes is in its projections at once, unless they moved on since its read', async () => {
-    const custom = kc.makeApiClient(CustomObjectsApi);
-    const current = async () =>
-      (await custom.getClusterCustomObject({
-        group: 'rollcall.dev',
-        version: 'v1alpha1',
-        plural: 'policies',
-        name: policy,
-      })) as Policy;
     /** A Policy as a run reads it from the projections the watcher wrote. */
     const asStored = (p: Policy) =>
       policySchema.parse(JSON.parse(JSON.stringify(compact('policy', p))));
@@ -177,7 +171,7 @@ describe('the rollcall CRDs on the apiserver', () => {
     const stored = async () =>
       (await store.policyView(policy, POLICY_SERVER_RESOURCE_PREFIX))?.policy;
     // As the watcher stores it, and as a worker's run reads it.
-    await store.replaceAll({ policy: [compact('policy', await current())] });
+    await store.replaceAll({ policy: [compact('policy', await currentPolicy())] });
     const read = (await stored())!;
     const writer = new KubeWriter(
       kubeConfigTarget(kc),
@@ -187,43 +181,22 @@ describe('the rollcall CRDs on the apiserver', () => {
     );
     assert.ok(await writer.patchStatus('policies', policy, { ...read.status, ready: '2/3' }, read));
     // No watcher runs here: the next run reads what was written, exactly as its event will bring it.
-    const afterWrite = await current();
+    const afterWrite = await currentPolicy();
     assert.equal(afterWrite.status?.ready, '2/3');
     assert.deepEqual(await stored(), asStored(afterWrite));
 
     // The projections moved on (someone labelled the Policy): an answer to a write computed
     // from the version before does not take the newer one back.
     run('label', 'policy', policy, 'crd-test=moved');
-    const moved = await current();
+    const moved = await currentPolicy();
     await store.put('policy', compact('policy', moved));
-    assert.equal(
-      await store.putWritten(
-        'policy',
-        compact('policy', afterWrite),
-        read.metadata.resourceVersion!,
-      ),
-      false,
-    );
-    assert.equal(
-      await store.putWritten(
-        'policy',
-        compact('policy', afterWrite),
-        afterWrite.metadata.resourceVersion!,
-      ),
-      false,
-    );
+    for (const version of [read, afterWrite].map((p) => p.metadata.resourceVersion!))
+      assert.equal(await store.putWritten('policy', compact('policy', afterWrite), version), false);
     assert.deepEqual(await stored(), asStored(moved));
   });
 
   test("a status is replaced at every depth: the audit of a new generation drops the last pass's completedAt and failures", async () => {
     const writer = new KubeWriter(kubeConfigTarget(kc), (write) => write());
-    const read = async () =>
-      (await kc.makeApiClient(CustomObjectsApi).getClusterCustomObject({
-        group: 'rollcall.dev',
-        version: 'v1alpha1',
-        plural: 'policies',
-        name: policy,
-      })) as Policy;
     const finished = {
       generation: 1,
       checked: 99,
@@ -232,13 +205,13 @@ describe('the rollcall CRDs on the apiserver', () => {
       completedAt: '2026-12-07T00:00:00Z',
       failures: [{ object: 'ConfigMap a/b', message: 'needs an owner' }],
     };
-    const seeded = await read();
+    const seeded = await currentPolicy();
     assert.ok(
       await writer.patchStatus('policies', policy, { ...seeded.status, audit: finished }, seeded),
     );
 
     // Against what it read: a nested field the new status lacks is removed.
-    const withAudit = await read();
+    const withAudit = await currentPolicy();
     const { errors: _, ...noErrors } = finished;
     await writer.patchStatus(
       'policies',
@@ -246,7 +219,7 @@ describe('the rollcall CRDs on the apiserver', () => {
       { ...withAudit.status, audit: noErrors },
       withAudit,
     );
-    assert.deepEqual((await read()).status?.audit, noErrors);
+    assert.deepEqual((await currentPolicy()).status?.audit, noErrors);
 
     // The audit-summary function writes unconditionally, from a Policy read that may lag its
     // own last write: here it still shows no audit. Generation 2 is served; its pass has not
@@ -274,7 +247,7 @@ describe('the rollcall CRDs on the apiserver', () => {
       kube: writer,
     });
     await auditSummary.handle(policy, ctx);
-    assert.deepEqual((await read()).status?.audit, {
+    assert.deepEqual((await currentPolicy()).status?.audit, {
       generation: 2,
       checked: 0,
       failing: 0,
