@@ -5,6 +5,7 @@
 // from the same objects ends.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import fc from 'fast-check';
 import type { KubeObject } from '../../../api/kube.ts';
 import { POLICY_SERVER_RESOURCE_PREFIX } from '../../../control-plane/functions/policyserver-core.ts';
 import { compact, projectPod } from '../../../control-plane/projections/project.ts';
@@ -99,4 +100,28 @@ describe("a pod's report in the projections", () => {
       await history(store);
       assert.deepEqual(await seen(store), await seen(await storeWith(...final)));
     });
+});
+
+describe('a status a worker wrote (putWritten)', () => {
+  const versioned = (resourceVersion: string, ready: string) =>
+    compact('policy', {
+      ...aPolicy({ name: 'p1', status: { ready } }),
+      metadata: { ...aPolicy({ name: 'p1' }).metadata, resourceVersion },
+    }) as KubeObject;
+  const version = fc.oneof(fc.constantFrom('41', '42', '042', ''), fc.string({ maxLength: 12 }));
+
+  test('property: stored only over the version it was computed from; any other stays', async () => {
+    const store = newStore();
+    await fc.assert(
+      fc.asyncProperty(version, version, version, async (stored, read, written) => {
+        await store.replaceAll({ policy: [versioned(stored, '1/3')] });
+        const put = await store.putWritten('policy', versioned(written, '3/3'), read);
+        assert.equal(put, stored === read);
+        const now = (await store.policyView('p1', POLICY_SERVER_RESOURCE_PREFIX))?.policy;
+        assert.equal(now?.status?.ready, put ? '3/3' : '1/3');
+        assert.equal(now?.metadata.resourceVersion, put ? written : stored);
+      }),
+      { numRuns: 200 },
+    );
+  });
 });
