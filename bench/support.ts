@@ -15,6 +15,7 @@ import {
   type ApiProxy,
 } from '../tooling/cluster/api-proxy.ts';
 import { repoRoot } from '../tooling/cluster/paths.ts';
+import { readDockerfile, runtimeEnv } from '../tooling/image/dockerfile.ts';
 import { freePort } from '../tooling/cluster/ports.ts';
 
 export const benchDir = join(repoRoot, '.rollcall', 'bench');
@@ -163,6 +164,9 @@ interface DeployedRole {
   spec: { template: { spec: { containers: { env?: { name: string; value?: string }[] }[] } } };
 }
 
+/** The environment the image's runtime sets (its compile cache is filled below, for the bench). */
+const imageEnv = runtimeEnv(readDockerfile(repoRoot));
+
 let compileCache: string | undefined;
 
 /** Node's compile cache of the runtime, filled once per bench run as the image's build fills it. */
@@ -179,7 +183,7 @@ function filledCompileCache(): string {
 }
 
 /**
- * `rollcall <role>` exactly as the image runs it (its NODE_OPTIONS and compile cache too),
+ * `rollcall <role>` exactly as the image runs it (its environment, NODE_OPTIONS and compile cache too),
  * against the proxy's kubeconfig.
  */
 export function startRollcall(
@@ -200,6 +204,7 @@ export function startRollcall(
   // BENCH_NODE_OPTIONS adds to the manifests' options, e.g. `--cpu-prof --cpu-prof-dir=DIR`.
   const nodeOptions = [deployedNodeOptions(role), process.env['BENCH_NODE_OPTIONS'] ?? ''];
   return startProcess(name, 'cli/rollcall.ts', args, {
+    ...imageEnv,
     KUBECONFIG: opts.kubeconfig,
     NODE_OPTIONS: nodeOptions.join(' ').trim(),
     NODE_COMPILE_CACHE: filledCompileCache(),

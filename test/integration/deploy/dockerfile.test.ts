@@ -11,6 +11,8 @@
 //   7. the roles in deploy/ are commands of that CLI, the one the tests run (startRollcall)
 //   8. the runtime starts from Node's compile cache: filled by cli/compile-cache.ts as uid 1000
 //      over the directories .dockerignore lets in, then copied owned by root
+//   9. glibc's malloc gives freed memory back: a fixed trim threshold (not grown with use) and
+//      two arenas
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -19,28 +21,8 @@ import { describe, test } from 'node:test';
 import { RUNTIME_DIRS } from '../../../cli/compile-cache.ts';
 import { repoRoot } from '../../../tooling/cluster/paths.ts';
 import { dockerIgnored, readDockerignore } from '../../../tooling/image/docker-context.ts';
+import { readDockerfile, runtimeEnv, runtimeStage } from '../../../tooling/image/dockerfile.ts';
 import { build } from './manifests.ts';
-
-interface Instruction {
-  op: string;
-  args: string;
-  stage: number;
-}
-
-/** Dockerfile instructions: comments dropped, continuation lines joined, each tagged with its stage. */
-function parseDockerfile(text: string): Instruction[] {
-  const lines = text
-    .replace(/\\\n/g, ' ')
-    .split('\n')
-    .map((l) => l.trim())
-    .filter((l) => l !== '' && !l.startsWith('#'));
-  let stage = -1;
-  return lines.map((line) => {
-    const [, op = '', args = ''] = /^(\S+)\s*(.*)$/.exec(line) ?? [];
-    if (op.toUpperCase() === 'FROM') stage++;
-    return { op: op.toUpperCase(), args, stage };
-  });
-}
 
 /** Every local file and every package reachable by static imports from `entry`. */
 function importClosure(
@@ -71,10 +53,9 @@ function importClosure(
   return { files, packages };
 }
 
-const dockerfile = parseDockerfile(readFileSync(join(repoRoot, 'Dockerfile'), 'utf8'));
+const dockerfile = readDockerfile(repoRoot);
 const ignore = readDockerignore(repoRoot);
-const lastStage = Math.max(...dockerfile.map((i) => i.stage));
-const runtime = dockerfile.filter((i) => i.stage === lastStage);
+const runtime = runtimeStage(dockerfile);
 
 function hadolint(): string | undefined {
   for (const candidate of [process.env.HADOLINT, 'hadolint'].filter(
@@ -110,7 +91,7 @@ describe('Dockerfile', () => {
   });
 
   test('2. multi-stage, production dependencies from the lockfile', () => {
-    assert.ok(lastStage >= 1, 'at least two stages');
+    assert.ok(runtime[0]!.stage >= 1, 'at least two stages');
     const runs = dockerfile.filter((i) => i.op === 'RUN').map((i) => i.args);
     assert.ok(
       runs.some((r) => /\bnpm ci\b.*--omit=dev/.test(r)),
@@ -266,5 +247,12 @@ describe('Dockerfile', () => {
       .filter((p) => p.startsWith('!') && p.endsWith('/') && !p.startsWith('!deploy/'))
       .map((p) => p.slice(1, -1));
     assert.deepEqual([...RUNTIME_DIRS].sort(), allowed.sort());
+  });
+  test("9. the runtime fixes glibc malloc's trim threshold and arenas, so freed memory goes back to the OS", () => {
+    // Set, the threshold no longer grows with the largest block freed (mallopt(3)), which let
+    // the top of the heap stay resident; its value is glibc's default.
+    const env = runtimeEnv(dockerfile);
+    assert.equal(env['MALLOC_TRIM_THRESHOLD_'], String(128 * 1024));
+    assert.equal(env['MALLOC_ARENA_MAX'], '2');
   });
 });

@@ -127,7 +127,8 @@ describe("rollcall's image", () => {
       const write = (p) => { try { fs.writeFileSync(p, 'x'); return 'ok'; } catch (e) { return e.code; } };
       console.log(JSON.stringify({ uid: process.getuid(), gid: process.getgid(), pid: process.pid,
         cwd: process.cwd(), node: process.version, app: write('/app/x'), etc: write('/etc/x'),
-        root: write('/x'), tmp: write('/tmp/x'), given: fs.readFileSync('/tmp/given', 'utf8') }));`;
+        root: write('/x'), tmp: write('/tmp/x'), given: fs.readFileSync('/tmp/given', 'utf8'),
+        malloc: [process.env.MALLOC_TRIM_THRESHOLD_, process.env.MALLOC_ARENA_MAX] }));`;
     const { code, output } = await runFromImage(image, ['-e', probe], {
       entrypoint: ['node'],
       files: { given: 'from the test' },
@@ -147,6 +148,7 @@ describe("rollcall's image", () => {
         root: 'EROFS',
         tmp: 'ok',
         given: 'from the test',
+        malloc: ['131072', '2'],
       },
     );
     const demo = await runFromImage(image, ['demo']);
