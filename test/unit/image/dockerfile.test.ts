@@ -1,0 +1,50 @@
+// tooling/image/dockerfile.ts: the runtime stage's environment, as the bench starts rollcall with it.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parseDockerfile, runtimeEnv, runtimeStage } from '../../../tooling/image/dockerfile.ts';
+
+const text = `ARG BASE=node:24-slim
+FROM \${BASE} AS build
+ENV BUILD_ONLY=1
+RUN echo one \\
+    && echo two
+# a comment
+FROM \${BASE}
+ENV A=1 B=two
+# an ENV of the runtime
+ENV C=/x=y
+USER 1000:1000
+`;
+
+test('instructions carry their stage; continuation lines are one instruction, comments none', () => {
+  const instructions = parseDockerfile(text);
+  assert.deepEqual(
+    instructions.map((i) => [i.op, i.stage]),
+    [
+      ['ARG', -1],
+      ['FROM', 0],
+      ['ENV', 0],
+      ['RUN', 0],
+      ['FROM', 1],
+      ['ENV', 1],
+      ['ENV', 1],
+      ['USER', 1],
+    ],
+  );
+  assert.equal(instructions[3]!.args, 'echo one      && echo two');
+  assert.deepEqual(
+    runtimeStage(instructions).map((i) => i.op),
+    ['FROM', 'ENV', 'ENV', 'USER'],
+  );
+});
+
+test("the runtime's environment: every ENV of the last stage, values split at the first =", () => {
+  assert.deepEqual(runtimeEnv(parseDockerfile(text)), { A: '1', B: 'two', C: '/x=y' });
+});
+
+test('an ENV in the legacy `key value` form is refused by name, not misread', () => {
+  assert.throws(
+    () => runtimeEnv(parseDockerfile('FROM x\nENV MALLOC_ARENA_MAX 2\n')),
+    /ENV MALLOC_ARENA_MAX: expected key=value/,
+  );
+});
