@@ -73,7 +73,7 @@ const leadInSeconds = 1;
 const wanted = new Set((flag('subjects') ?? allSubjects.join(',')).split(','));
 const goalMarginMs = 5;
 /** The curve's rates, its measured seconds per point, and the p99 it reports crossing. */
-// 100/s: where native holds the restricted set (its p99 passed 50 ms at 200/s).
+// 100/s: native's p99 with the restricted set passed 50 ms at 200/s on the slower machines.
 const curveFlag = flag('curve') ?? (quick ? '200,500' : '100,200,500,1000');
 const curveRates = curveFlag === 'none' ? [] : curveFlag.split(',').map(Number);
 const curveSeconds = quick ? 10 : 20;

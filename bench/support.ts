@@ -15,8 +15,8 @@ import {
   type ApiProxy,
 } from '../tooling/cluster/api-proxy.ts';
 import { repoRoot } from '../tooling/cluster/paths.ts';
-import { readDockerfile, runtimeEnv } from '../tooling/image/dockerfile.ts';
 import { freePort } from '../tooling/cluster/ports.ts';
+import { readDockerfile, runtimeEnv } from '../tooling/image/dockerfile.ts';
 
 export const benchDir = join(repoRoot, '.rollcall', 'bench');
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -183,8 +183,8 @@ function filledCompileCache(): string {
 }
 
 /**
- * `rollcall <role>` exactly as the image runs it (its environment, NODE_OPTIONS and compile cache too),
- * against the proxy's kubeconfig.
+ * `rollcall <role>` exactly as the image runs it (its environment, NODE_OPTIONS and compile
+ * cache too), against the proxy's kubeconfig.
  */
 export function startRollcall(
   name: string,
