@@ -1,7 +1,7 @@
 // Fills Node's compile cache (NODE_COMPILE_CACHE) with every module the roles can load, so
 // that a role starts from it: no TypeScript stripping (its WebAssembly compiler is never
-// loaded, 18 MiB) and V8's code cache of every module. The image runs it at build time
-// (Dockerfile) and ships the cache read-only; the bench runs it before it starts the roles.
+// loaded, 18 MiB) and no compiling (V8's code of every module is cached). The image runs it at
+// build time (Dockerfile) and ships the cache read-only; the bench runs it before the roles.
 // Node keys the cache by its version, the V8 flags that change code (not heap sizes) and the
 // user id, so it is filled by the user that runs the roles.
 import { readdirSync } from 'node:fs';
