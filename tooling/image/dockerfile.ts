@@ -31,7 +31,7 @@ export function runtimeStage(instructions: readonly Instruction[]): Instruction[
   return instructions.filter((i) => i.stage === last);
 }
 
-/** What the runtime stage's `ENV key=value ...` lines set (values without quotes or spaces). */
+/** What the runtime stage's `ENV key=value ...` lines set; a value with quotes, an escape or `$` is refused. */
 export function runtimeEnv(instructions: readonly Instruction[]): Record<string, string> {
   return Object.fromEntries(
     runtimeStage(instructions)
@@ -40,6 +40,9 @@ export function runtimeEnv(instructions: readonly Instruction[]): Record<string,
       .map((pair) => {
         const at = pair.indexOf('=');
         if (at < 1) throw new Error(`Dockerfile: ENV ${pair}: expected key=value`);
+        // Quotes would be kept as part of the value: refused rather than misread.
+        if (/["'\\$]/.test(pair))
+          throw new Error(`Dockerfile: ENV ${pair}: quotes, escapes and $ are not read here`);
         return [pair.slice(0, at), pair.slice(at + 1)];
       }),
   );
